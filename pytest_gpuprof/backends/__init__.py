@@ -1,0 +1,117 @@
+"""Backends run device work and report what the device did, as ``DeviceInterval``s.
+
+``host`` runs on the CPU (always available); ``cuda`` runs on CuPy and reads CUPTI
+activity records or, failing that, CUDA events. Backends only produce timelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pytest_gpuprof.model import DeviceInterval, Truth
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What the device is; bandwidths are measured (``gpu_device`` calibrates them)."""
+
+    backend: Literal["cuda", "host"]
+    index: int
+    name: str
+    memory_bytes: int
+    driver: str = ""
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pcie(self) -> str:
+        return f"{self.pcie_gen}x{self.pcie_width}" if self.pcie_gen and self.pcie_width else "none"
+
+
+class Backend(Protocol):
+    """The device operations the workloads are written against."""
+
+    name: Literal["cuda", "host"]
+    truth: Truth
+
+    def info(self) -> DeviceInfo: ...
+
+    def stream(self) -> Any:
+        """A new stream; work on one stream runs in submission order."""
+        ...
+
+    def record(self, stream: Any) -> Any:
+        """An event that completes when the stream's earlier work has."""
+        ...
+
+    def wait(self, stream: Any, event: Any) -> None:
+        """Make later work on ``stream`` wait for ``event`` on the device, not on the host."""
+        ...
+
+    def event_synchronize(self, event: Any) -> None: ...
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Block the host until ``stream`` (or the whole device) is idle."""
+        ...
+
+    def alloc(self, nbytes: int) -> Any:
+        """Device memory from the pool."""
+        ...
+
+    def upload(self, nbytes: int, *, pinned: bool = True, stream: Any = None, out: Any = None) -> Any:
+        """Copy ``nbytes`` host to device; asynchronous on ``stream`` when pinned."""
+        ...
+
+    def download(self, buffer: Any, *, stream: Any = None) -> Any:
+        """Copy ``buffer`` device to host into pinned memory; asynchronous on ``stream``."""
+        ...
+
+    def compute(self, ms: float, *, kind: str = "fft", stream: Any = None) -> None:
+        """Launch about ``ms`` of kernels on ``stream``; returns once launched."""
+        ...
+
+    def trim(self) -> None:
+        """Release the pool's unused blocks to the device."""
+        ...
+
+    def memory_in_use(self) -> int:
+        """Bytes held by live buffers of this backend's pool."""
+        ...
+
+    def begin(self) -> None:
+        """Start keeping device intervals (a test or window starts)."""
+        ...
+
+    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+        """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
+        ...
+
+    def close_stream(self, stream: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
+    """Which backend ``--gpu-backend=kind`` means here, and why; creates nothing."""
+    if kind == "host":
+        return "host", "asked for with --gpu-backend=host"
+    from pytest_gpuprof.backends import cuda
+
+    reason = cuda.unavailable(device)
+    if reason is None:
+        return "cuda", f"CUDA device {device} is visible"
+    if kind == "cuda":
+        raise RuntimeError(f"--gpu-backend=cuda, but {reason}")
+    return "host", f"no CUDA device: {reason}"
+
+
+def create(name: str, device: int, *, cupti: bool) -> Backend:
+    if name == "cuda":
+        from pytest_gpuprof.backends.cuda import CudaBackend
+
+        return CudaBackend(device, cupti=cupti)
+    from pytest_gpuprof.backends.host import HostBackend
+
+    return HostBackend()

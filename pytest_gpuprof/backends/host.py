@@ -1,0 +1,305 @@
+"""The ``host`` backend: the built-in workloads on the CPU, with real asynchrony.
+
+Each stream is a thread that runs its queue in order; kernels are numpy work on that
+thread; copies go to one copy-engine thread, as DMA does on a GPU; events are stamped by
+the thread that reaches them. Every interval is the real time the work took here: it is
+not a simulation and says nothing about any GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import queue
+import threading
+import time
+import weakref
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pytest_gpuprof.backends import DeviceInfo
+from pytest_gpuprof.context import current_span_id
+from pytest_gpuprof.model import DeviceInterval, Truth
+
+# A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
+# stages pageable memory through pinned buffers.
+STAGING_BYTES = 8 << 20
+
+
+class HostEvent:
+    __slots__ = ("_done", "time")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.time = 0
+
+    def complete(self) -> None:
+        self.time = time.perf_counter_ns()
+        self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+
+class _Worker:
+    """A thread that runs callables from its queue in order."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, op: Callable[[], None]) -> None:
+        self._queue.put(op)
+
+    def _run(self) -> None:
+        while (op := self._queue.get()) is not None:
+            try:
+                op()
+            except BaseException as e:  # surfaced at the next synchronize
+                self.error = e
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+class HostStream(_Worker):
+    def __init__(self, index: int) -> None:
+        super().__init__(f"gpuprof-host-stream-{index}")
+        self.index = index
+
+
+class HostBuffer:
+    """Device memory of the host backend; returns to the pool when dropped."""
+
+    __slots__ = ("__weakref__", "array", "nbytes")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.nbytes = array.nbytes
+
+
+class _Pool:
+    """A caching allocator: freed blocks wait for reuse until ``trim``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[int, list[np.ndarray]] = defaultdict(list)
+        self.in_use = 0
+
+    def alloc(self, nbytes: int) -> HostBuffer:
+        with self._lock:
+            blocks = self._free.get(nbytes)
+            array = blocks.pop() if blocks else None
+            self.in_use += nbytes
+        if array is None:
+            array = np.empty(nbytes, dtype=np.uint8)
+        buffer = HostBuffer(array)
+        weakref.finalize(buffer, self._release, array)
+        return buffer
+
+    def _release(self, array: np.ndarray) -> None:
+        with self._lock:
+            self._free[array.nbytes].append(array)
+            self.in_use -= array.nbytes
+
+    def trim(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
+class HostBackend:
+    name = "host"
+    truth: Truth = "host"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._intervals: list[DeviceInterval] = []
+        self._streams: list[HostStream] = []
+        self._copy_engine = _Worker("gpuprof-host-copy-engine")
+        self._pool = _Pool()
+        self._sources: dict[int, np.ndarray] = {}
+        self.default_stream = self.stream()
+
+    def info(self) -> DeviceInfo:
+        pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+        page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+        cpu = platform.processor() or platform.machine()
+        return DeviceInfo(
+            backend="host",
+            index=0,
+            name=f"host CPU ({cpu}, {os.cpu_count()} cores)",
+            memory_bytes=pages * page,
+            driver=f"numpy {np.__version__}",
+        )
+
+    # streams and events
+    def stream(self) -> HostStream:
+        with self._lock:
+            s = HostStream(len(self._streams))
+            self._streams.append(s)
+        return s
+
+    def close_stream(self, stream: HostStream) -> None:
+        self.synchronize(stream)
+        stream.close()
+        with self._lock:
+            if stream in self._streams:
+                self._streams.remove(stream)
+
+    def _on(self, stream: HostStream | None) -> HostStream:
+        return self.default_stream if stream is None else stream
+
+    def record(self, stream: HostStream | None = None) -> HostEvent:
+        event = HostEvent()
+        self._on(stream).submit(event.complete)
+        return event
+
+    def wait(self, stream: HostStream | None, event: HostEvent) -> None:
+        self._on(stream).submit(event.wait)
+
+    def event_synchronize(self, event: HostEvent) -> None:
+        event.wait()
+        self._raise_errors()
+
+    def synchronize(self, stream: HostStream | None = None) -> None:
+        with self._lock:
+            targets = [stream] if stream is not None else list(self._streams)
+        for event in [self.record(s) for s in targets]:
+            event.wait()
+        self._raise_errors()
+
+    def _raise_errors(self) -> None:
+        for worker in [*self._streams, self._copy_engine]:
+            if worker.error is not None:
+                error, worker.error = worker.error, None
+                raise RuntimeError(f"host device work failed: {error!r}") from error
+
+    # memory
+    def alloc(self, nbytes: int) -> HostBuffer:
+        return self._pool.alloc(int(nbytes))
+
+    def trim(self) -> None:
+        self._pool.trim()
+
+    def memory_in_use(self) -> int:
+        return self._pool.in_use
+
+    def _source(self, nbytes: int) -> np.ndarray:
+        # The user's data already sits in host memory before an upload: keep one filled
+        # source per size so that the copy, not the filling, is what gets timed.
+        src = self._sources.get(nbytes)
+        if src is None:
+            src = np.full(nbytes, 7, dtype=np.uint8)
+            self._sources = {nbytes: src}
+        return src
+
+    def upload(
+        self, nbytes: int, *, pinned: bool = True, stream: HostStream | None = None, out: HostBuffer | None = None
+    ) -> HostBuffer:
+        dst = out if out is not None else self.alloc(nbytes)
+        src = self._source(nbytes)
+        tag = current_span_id()
+        target = self._on(stream)
+        if not pinned:
+            # Pageable: the calling thread is blocked for the whole staged copy.
+            self.synchronize(target)
+            self._copy(dst.array, src, target.index, tag, pageable=True)
+            return dst
+
+        target.submit(lambda: self._on_copy_engine(lambda: self._copy(dst.array, src, target.index, tag, pageable=False)))
+        return dst
+
+    def download(self, buffer: HostBuffer, *, stream: HostStream | None = None) -> np.ndarray:
+        host = np.empty(buffer.nbytes, dtype=np.uint8)
+        target = self._on(stream)
+        tag = current_span_id()
+        target.submit(lambda: self._on_copy_engine(lambda: self._copy(host, buffer.array, target.index, tag, pageable=False, name="DtoH")))
+        return host
+
+    def _on_copy_engine(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the copy engine and hold the calling stream until it is done."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                job()
+            finally:
+                done.set()
+
+        self._copy_engine.submit(run)
+        done.wait()
+
+    def _copy(
+        self, dst: np.ndarray, src: np.ndarray, stream: int, tag: int | None, *, pageable: bool, name: str = "HtoD"
+    ) -> None:
+        start = time.perf_counter_ns()
+        if pageable:
+            staging = np.empty(min(STAGING_BYTES, src.nbytes), dtype=np.uint8)
+            for lo in range(0, src.nbytes, staging.nbytes):
+                piece = src[lo : lo + staging.nbytes]
+                np.copyto(staging[: piece.nbytes], piece)
+                np.copyto(dst[lo : lo + piece.nbytes], staging[: piece.nbytes])
+        else:
+            np.copyto(dst[: src.nbytes], src)
+        end = time.perf_counter_ns()
+        self._stamp(DeviceInterval("memcpy", start, end, stream, name, src.nbytes, pageable, tag))
+
+    # kernels
+    def compute(self, ms: float, *, kind: str = "fft", stream: HostStream | None = None) -> None:
+        if kind not in KERNELS:
+            raise ValueError(f"compute(kind={kind!r}): kind must be one of {', '.join(KERNELS)}")
+        target = self._on(stream)
+        work = KERNELS[kind]
+        tag = current_span_id()
+        budget_ns = int(ms * 1_000_000)
+
+        def kernel() -> None:
+            start = time.perf_counter_ns()
+            # Real numpy work, repeated until the requested time has been spent on it.
+            while time.perf_counter_ns() - start < budget_ns:
+                work()
+            end = time.perf_counter_ns()
+            self._stamp(DeviceInterval("kernel", start, end, target.index, kind, 0, False, tag))
+
+        target.submit(kernel)
+
+    def _stamp(self, interval: DeviceInterval) -> None:
+        with self._lock:
+            self._intervals.append(interval)
+
+    # capture
+    def begin(self) -> None:
+        with self._lock:
+            self._intervals = []
+
+    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+        with self._lock:
+            out, self._intervals = self._intervals, []
+        return out, []
+
+    def close(self) -> None:
+        for s in list(self._streams):
+            s.close()
+        self._streams.clear()
+        self._copy_engine.close()
+        self._pool.trim()
+        self._sources.clear()
+
+
+def _fft_work() -> Any:
+    return np.fft.fft(_FFT_INPUT)
+
+
+def _matmul_work() -> Any:
+    return _MATMUL_INPUT @ _MATMUL_INPUT
+
+
+_FFT_INPUT = np.ones(1 << 14, dtype=np.complex64)
+_MATMUL_INPUT = np.ones((128, 128), dtype=np.float32)
+KERNELS: dict[str, Callable[[], Any]] = {"fft": _fft_work, "matmul": _matmul_work}

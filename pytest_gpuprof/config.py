@@ -1,0 +1,110 @@
+"""Settings: the command line, ``[tool.gpuprof]`` and the budget file, validated once.
+
+Everything here is read at start-up; an error is a ``ConfigError`` naming the key and
+where it came from, which the plugin turns into a pytest usage error (exit code 4).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+Backend = Literal["auto", "cuda", "host"]
+BACKENDS: tuple[Backend, ...] = ("auto", "cuda", "host")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used, with its key and source in the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    backend: Backend = "auto"
+    device: int = 0
+    rounds: int = 5
+    warmup: int = 1
+    enforce: bool = False
+    budget: Budget = field(default_factory=Budget)
+    report: Path | None = None
+    cupti: bool = True
+    nvml: bool = True
+    nvml_interval_ms: float = 20.0
+    pyproject: Path | None = None
+
+
+_FILE_KEYS: dict[str, tuple[type | tuple[type, ...], float, float]] = {
+    "rounds": (int, 1, 10_000),
+    "warmup": (int, 0, 10_000),
+    "device": (int, 0, 1_024),
+    "nvml_interval": ((int, float), 1, 60_000),
+}
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the budget file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
+    """``[tool.gpuprof]`` (without its budget) and its ``budget`` table, validated."""
+    if path is None or not path.is_file():
+        return {}, Budget()
+    table = load_toml(path).get("tool", {}).get("gpuprof", {})
+    source = f"{path} [tool.gpuprof]"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: must be a table")
+    valid = ["backend", *_FILE_KEYS, "budget"]
+    settings: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "budget":
+            continue
+        if key == "backend":
+            if value not in BACKENDS:
+                raise ConfigError(f"{source}: 'backend' must be one of {', '.join(BACKENDS)}, not {value!r}")
+        elif key in _FILE_KEYS:
+            kinds, lo, hi = _FILE_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ConfigError(f"{source}: '{key}' must be a number, not {type(value).__name__} {value!r}")
+            if not lo <= value <= hi:
+                raise ConfigError(f"{source}: '{key}' = {value!r} is out of range [{lo:g}, {hi:g}]")
+        else:
+            raise ConfigError(f"{source}: unknown key '{key}'; valid keys: {', '.join(valid)}")
+        settings[key] = value
+    try:
+        budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")
+    except BudgetError as e:
+        raise ConfigError(str(e)) from None
+    return settings, budget
+
+
+def read_budget_file(path: Path) -> Budget:
+    """A ``--gpu-budget=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
+    if not path.is_file():
+        raise ConfigError(f"--gpu-budget={path}: no such file")
+    data = load_toml(path)
+    nested = data.get("tool", {}).get("gpuprof", {}).get("budget") if "tool" in data else None
+    try:
+        return parse_budget(nested if nested is not None else data, str(path))
+    except BudgetError as e:
+        raise ConfigError(str(e)) from None
+
+
+def positive(value: int | None, option: str, minimum: int) -> int | None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"{option}={value}: must be at least {minimum}")
+    return value

@@ -1,0 +1,69 @@
+"""The timeline of one measured window: host spans, device intervals, hardware samples.
+
+Plain frozen data, all times in integer nanoseconds of the host's monotonic clock
+(``time.perf_counter_ns``). Backends produce these; ``metrics`` consumes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+UNATTRIBUTED = "unattributed"
+Truth = Literal["cupti", "events", "host"]
+DeviceKind = Literal["kernel", "memcpy", "memset"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A host step or region: what the code says it is doing, on one thread."""
+
+    name: str
+    thread: int
+    start: int
+    end: int
+    depth: int = 0
+    span_id: int = 0
+    bytes: int | None = None
+    pageable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInterval:
+    """Something the device did: a kernel, a copy or a memset, on one stream.
+
+    ``span_id`` names the host step that launched it, where the backend knows it.
+    """
+
+    kind: DeviceKind
+    start: int
+    end: int
+    stream: int = 0
+    name: str = ""
+    bytes: int = 0
+    pageable: bool = False
+    span_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One hardware reading: NVML utilization (0..1), power (W), memory used (bytes)."""
+
+    time: int
+    util: float | None = None
+    power_w: float | None = None
+    mem_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Everything known about one window ``[start, end)``."""
+
+    start: int
+    end: int
+    truth: Truth
+    steps: tuple[Span, ...] = ()
+    regions: tuple[Span, ...] = ()
+    device: tuple[DeviceInterval, ...] = ()
+    samples: tuple[Sample, ...] = ()
+    notes: tuple[str, ...] = field(default=())

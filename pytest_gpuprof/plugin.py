@@ -1,0 +1,191 @@
+"""pytest hooks: wire options, markers and fixtures to the profiler, budgets and reports.
+
+Heavy modules (numpy, CuPy, CUPTI, NVML) are imported when a session or test needs them,
+so loading this plugin costs little on a machine that never measures anything.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.config import BACKENDS, ConfigError, Settings, read_budget_file, read_pyproject
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.session import GpuSession
+    from pytest_gpuprof.workload import GpuWorkload
+
+SESSION = pytest.StashKey["GpuSession"]()
+PROFILER = pytest.StashKey["Profiler"]()
+BUDGET = pytest.StashKey[Budget]()
+
+
+class GpuBudgetWarning(UserWarning):
+    """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
+    group.addoption(
+        "--gpu-budget",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="FILE",
+        help="enforce GPU budgets: a breach fails the test. FILE: a TOML budget, schema of [tool.gpuprof.budget]",
+    )
+    group.addoption("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
+    group.addoption("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
+    group.addoption("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
+    group.addoption("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
+    group.addoption("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
+    group.addoption("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
+    group.addoption("--gpu-no-nvml", action="store_true", help="do not sample NVML")
+    group.addoption(
+        "--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)"
+    )
+
+
+def _settings(config: pytest.Config) -> Settings:
+    opt = config.getoption
+    pyproject = _pyproject(config)
+    file_settings, file_budget = read_pyproject(pyproject)
+    budget_opt = opt("--gpu-budget")
+    budget = file_budget
+    if isinstance(budget_opt, str):
+        budget = read_budget_file(Path(budget_opt)).merged_over(file_budget)
+    for name, minimum in (("--gpu-rounds", 1), ("--gpu-warmup", 0), ("--gpu-device", 0), ("--gpu-nvml-interval", 1)):
+        value = opt(name)
+        if value is not None and value < minimum:
+            raise ConfigError(f"{name}={value}: must be at least {minimum}")
+
+    def pick(option: str, key: str, default: Any) -> Any:
+        value = opt(option)
+        return value if value is not None else file_settings.get(key, default)
+
+    report = opt("--gpu-report")
+    return Settings(
+        backend=pick("--gpu-backend", "backend", "auto"),
+        device=pick("--gpu-device", "device", 0),
+        rounds=pick("--gpu-rounds", "rounds", 5),
+        warmup=pick("--gpu-warmup", "warmup", 1),
+        enforce=budget_opt is not None,
+        budget=budget,
+        report=Path(report) if report else None,
+        cupti=not opt("--gpu-no-cupti"),
+        nvml=not opt("--gpu-no-nvml"),
+        nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
+        pyproject=pyproject,
+    )
+
+
+def _pyproject(config: pytest.Config) -> Path | None:
+    inipath = config.inipath
+    if inipath is not None and inipath.name == "pyproject.toml":
+        return inipath
+    candidate = config.rootpath / "pyproject.toml"
+    return candidate if candidate.is_file() else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "gpu_budget(min_utilization=..., max_overhead_ms=..., max_discrepancy=..., steps={...}): "
+        "this test's GPU budget, over [tool.gpuprof.budget] and --gpu-budget=FILE",
+    )
+    config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")
+    try:
+        settings = _settings(config)
+    except ConfigError as e:
+        raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    from pytest_gpuprof.session import GpuSession
+
+    session = GpuSession(config, settings)
+    config.stash[SESSION] = session
+    config.pluginmanager.register(session, "gpuprof-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        config.pluginmanager.unregister(session)
+        session.close()
+        del config.stash[SESSION]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION, None)
+    return session.header() if session is not None else []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = config.stash[SESSION]
+    base = session.settings.budget
+    for item in items:
+        marker = item.get_closest_marker("gpu_budget")
+        budget = base
+        if marker is not None:
+            if marker.args:
+                raise pytest.UsageError(
+                    f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
+                )
+            try:
+                budget = parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget").merged_over(base)
+            except BudgetError as e:
+                raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+        item.stash[BUDGET] = budget
+        if item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    result = yield
+    profiler = item.stash.get(PROFILER, None)
+    if profiler is None:
+        return result
+    session = item.config.stash[SESSION]
+    message = session.verdict(item.nodeid, profiler)
+    if message is not None:
+        if session.settings.enforce:
+            pytest.fail(message, pytrace=False)
+        warnings.warn(GpuBudgetWarning(message), stacklevel=1)
+    return result
+
+
+@pytest.fixture(scope="session")
+def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
+    """The device under test: name, memory, PCIe link, calibrated pinned bandwidths."""
+    return pytestconfig.stash[SESSION].device
+
+
+@pytest.fixture
+def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
+    """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
+    session = request.config.stash[SESSION]
+    profiler = session.profiler(request.node.stash.get(BUDGET, Budget()))
+    request.node.stash[PROFILER] = profiler
+    try:
+        yield profiler
+    finally:
+        session.release(request.node.nodeid, profiler)
+
+
+@pytest.fixture
+def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.Config) -> Iterator[GpuWorkload]:
+    """Built-in prestage/compute workloads on this session's backend, recorded as steps."""
+    from pytest_gpuprof.workload import GpuWorkload
+
+    settings = pytestconfig.stash[SESSION].settings
+    workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)
+    try:
+        yield workload
+    finally:
+        workload.close()

@@ -1,0 +1,254 @@
+"""The ``gpuprof`` fixture's object: host steps and regions, windows, metrics, checks.
+
+A window is a ``measure()`` round, a ``partitions()`` call, or, when neither is used, the
+test from the start of its first step or region to the end of its last one including the
+device work they launched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpuprof import metrics as metrics_mod
+from pytest_gpuprof.backends import Backend
+from pytest_gpuprof.budget import Breach, Budget, evaluate, failure_message
+from pytest_gpuprof.context import pop_span, push_span
+from pytest_gpuprof.metrics import Metrics
+from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+
+_span_ids = itertools.count(1)
+
+
+class GpuBudgetExceeded(AssertionError):
+    """A window's metrics breached its budget; the message explains where the time went."""
+
+    def __init__(self, message: str, breaches: list[Breach], metrics: Metrics) -> None:
+        super().__init__(message)
+        self.breaches = breaches
+        self.metrics = metrics
+
+
+class Sampler:
+    """A source of hardware samples (NVML); ``samples(lo, hi)`` returns those in range."""
+
+    def samples(self, lo: int, hi: int) -> list[Sample]:
+        return []
+
+
+@dataclass
+class Window:
+    """One measured window and its verdict."""
+
+    label: str
+    metrics: Metrics
+    timeline: Timeline | None = None
+    breaches: list[Breach] = field(default_factory=list)
+
+
+class Profiler:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        budget: Budget | None = None,
+        rounds: int = 5,
+        warmup: int = 1,
+        sampler: Sampler | None = None,
+    ) -> None:
+        self.backend = backend
+        self.budget = budget or Budget()
+        self.default_rounds = rounds
+        self.default_warmup = warmup
+        self.sampler = sampler or Sampler()
+        self.windows: list[Window] = []
+        self._lock = threading.Lock()
+        self._steps: list[Span] = []
+        self._regions: list[Span] = []
+        self._device: list[DeviceInterval] = []
+        self._notes: list[str] = []
+        self._measuring = 0
+        backend.begin()
+
+    # host spans
+    @contextmanager
+    def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> Iterator[None]:
+        """A host step: nestable, thread-safe; closed and recorded even when its body raises.
+
+        With ``stream``, the step waits for that stream's work launched inside it before it
+        closes, so that its host time covers the device work it issued.
+        """
+        with self._span(name, self._steps, bytes=bytes, pageable=pageable):
+            yield
+            if stream is not None:
+                self.backend.synchronize(stream)
+
+    @contextmanager
+    def region(self, name: str = "partition") -> Iterator[None]:
+        """A bracket, as GPU_START..GPU_END instrumentation would put around a partition."""
+        with self._span(name, self._regions):
+            yield
+
+    @contextmanager
+    def _span(self, name: str, into: list[Span], *, bytes: int | None = None, pageable: bool = False) -> Iterator[None]:
+        span_id = next(_span_ids)
+        depth = push_span(span_id)
+        start = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            end = time.perf_counter_ns()
+            pop_span(span_id)
+            span = Span(name, threading.get_ident(), start, end, depth, span_id, bytes, pageable)
+            with self._lock:
+                into.append(span)
+
+    # windows
+    @contextmanager
+    def window(self, label: str) -> Iterator[list[Window]]:
+        """Measure the body as one window; the yielded list holds it once the body ends."""
+        out: list[Window] = []
+        self._collect()
+        self._measuring += 1
+        start = time.perf_counter_ns()
+        try:
+            yield out
+            self.backend.synchronize()
+        finally:
+            self._measuring -= 1
+        end = time.perf_counter_ns()
+        timeline = self._timeline(start, end)
+        out.append(Window(label, metrics_mod.compute(timeline), timeline))
+        if not self.measuring:
+            self._reset()
+
+    def measure(self, fn: Callable[[], Any], rounds: int | None = None, warmup: int | None = None) -> Metrics:
+        """Run ``fn`` ``warmup`` times unmeasured, then ``rounds`` times, each its own window.
+
+        Each window runs from just before the call to the end of the device work it
+        launched (a device synchronize is inside the window). Returns per-metric medians
+        with each metric's spread in ``Metrics.rounds``.
+        """
+        rounds = self.default_rounds if rounds is None else rounds
+        warmup = self.default_warmup if warmup is None else warmup
+        if rounds < 1 or warmup < 0:
+            raise ValueError(f"measure(rounds={rounds}, warmup={warmup}): rounds must be >= 1, warmup >= 0")
+        return self.repeat(lambda _: fn(), rounds=rounds, warmup=warmup, label="measure")
+
+    def repeat(self, body: Callable[[int], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
+        for i in range(warmup):
+            with self._nested_ok():
+                body(-1 - i)
+                self.backend.synchronize()
+        results = []
+        for i in range(rounds):
+            with self.window(label) as done:
+                body(i)
+            results.append(done[0])
+        merged = metrics_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
+        return self._record(Window(label, merged, results[-1].timeline))
+
+    @contextmanager
+    def _nested_ok(self) -> Iterator[None]:
+        self._measuring += 1
+        try:
+            yield
+        finally:
+            self._measuring -= 1
+            if not self.measuring:
+                self._reset()
+
+    def _reset(self) -> None:
+        """Forget spans and device work already accounted for in a window."""
+        self._collect()
+        with self._lock:
+            self._steps.clear()
+            self._regions.clear()
+            self._device.clear()
+
+    @property
+    def measuring(self) -> bool:
+        return self._measuring > 0
+
+    def _record(self, window: Window) -> Metrics:
+        window.breaches = evaluate(self.budget, window.metrics) if not self.budget.empty else []
+        self.windows.append(window)
+        return window.metrics
+
+    def _collect(self) -> None:
+        device, notes = self.backend.drain()
+        with self._lock:
+            self._device.extend(device)
+            self._notes.extend(n for n in notes if n not in self._notes)
+
+    def _timeline(self, start: int, end: int) -> Timeline:
+        self._collect()
+        with self._lock:
+            steps = tuple(s for s in self._steps if s.end > start and s.start < end)
+            regions = tuple(r for r in self._regions if r.end > start and r.start < end)
+            device = tuple(d for d in self._device if d.end > start and d.start < end)
+            notes = tuple(self._notes)
+        return Timeline(
+            start,
+            end,
+            self.backend.truth,
+            steps,
+            regions,
+            device,
+            tuple(self.sampler.samples(start, end)),
+            notes,
+        )
+
+    def whole_test(self) -> Window | None:
+        """The test as one window, from its first step or region to its last and its device work."""
+        self.backend.synchronize()
+        self._collect()
+        with self._lock:
+            spans = [*self._steps, *self._regions]
+            if not spans:
+                return None
+            start = min(s.start for s in spans)
+            end = max(s.end for s in spans)
+            launched = {s.span_id for s in spans}
+            tail = [d.end for d in self._device if d.span_id in launched or start <= d.start < end]
+        return Window("test", metrics_mod.compute(self._timeline(start, max([end, *tail]))))
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The latest window's metrics, or the whole test so far when nothing was measured."""
+        if self.windows:
+            return self.windows[-1].metrics
+        window = self.whole_test()
+        return window.metrics if window else None
+
+    def check(self, **limits: Any) -> Metrics:
+        """Assert a budget now on the latest ``measure()`` result, or on the test so far.
+
+        Keyword arguments follow ``[tool.gpuprof.budget]``; none given means this test's
+        configured budget.
+        """
+        from pytest_gpuprof.budget import parse_budget
+
+        budget = parse_budget(limits, "gpuprof.check()").merged_over(self.budget) if limits else self.budget
+        current = self.metrics
+        if current is None:
+            raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
+        breaches = evaluate(budget, current)
+        if breaches:
+            raise GpuBudgetExceeded(failure_message(breaches, current), breaches, current)
+        return current
+
+    def final_windows(self) -> list[Window]:
+        """The windows this test's budget is checked on: every measured one, else the test."""
+        if self.windows:
+            return self.windows
+        whole = self.whole_test()
+        if whole is None:
+            return []
+        self._record(whole)
+        return self.windows

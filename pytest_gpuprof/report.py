@@ -1,0 +1,142 @@
+"""What a session reports: per-test records, the terminal table, the JSON report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuprof.budget import Breach, Budget, describe_breach, explain
+from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
+
+SCHEMA = 1
+
+
+@dataclass
+class GpuRecord:
+    nodeid: str
+    metrics: Metrics
+    budget: Budget
+    breaches: list[Breach]
+    enforced: bool
+    windows: int = 1
+    outcome: str = "passed"
+    xfail: bool = False
+
+    @property
+    def verdict(self) -> str:
+        if not self.breaches:
+            return "ok" if not self.budget.empty else "-"
+        keys = ",".join(sorted({b.key for b in self.breaches}))
+        if self.xfail:
+            return f"xfail: breach {keys}"
+        return f"{'FAIL' if self.enforced else 'warn'}: breach {keys}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodeid": self.nodeid,
+            "outcome": self.outcome,
+            "metrics": self.metrics.to_dict(),
+            "rounds": {path: s.to_dict() for path, s in self.metrics.rounds.items()},
+            "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},
+            "windows": self.windows,
+        }
+        if self.xfail:
+            out["xfail"] = True
+        return out
+
+
+def machine_id(machine: dict[str, Any]) -> str:
+    """A stable id for the measuring setup: GPU model, driver, PCIe link and backend."""
+    key = "|".join(str(machine.get(k, "")) for k in ("gpu", "driver", "pcie", "backend"))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return f"{machine.get('backend', 'host')}-{digest}"
+
+
+def machine_record(device: dict[str, Any], truth: str) -> dict[str, Any]:
+    machine = {
+        "gpu": device.get("name", ""),
+        "driver": device.get("driver", ""),
+        "pcie": device.get("pcie", "none"),
+        "backend": device.get("backend", "host"),
+        "truth": truth,
+        "host": platform.node(),
+    }
+    return {"id": machine_id(machine), **machine}
+
+
+def build_report(records: list[GpuRecord], machine: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "tests": [r.to_dict() for r in records],
+    }
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def table(records: list[GpuRecord]) -> list[str]:
+    """One line per test: wall, true and reported utilization, overhead, top idle cause, verdict."""
+    header = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
+    rows = [header]
+    for r in records:
+        m = r.metrics
+        causes = [c for c in m.idle_by_step() if c[1] > 0]
+        top = max(causes, key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
+        rows.append(
+            (
+                r.nodeid,
+                f"{m.wall_ms:.1f}",
+                _pct(m.utilization),
+                _pct(m.reported_utilization),
+                f"{m.overhead_ms:.1f}",
+                f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
+                r.verdict,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    numeric = {1, 2, 3, 4}
+    lines = []
+    for row in rows:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def breach_details(records: list[GpuRecord]) -> list[str]:
+    lines: list[str] = []
+    for r in records:
+        if r.breaches:
+            lines.append(f"{r.nodeid}: " + "; ".join(describe_breach(b) for b in r.breaches) + f"  [truth: {r.metrics.truth}]")
+            lines.extend(f"  {line}" for line in explain(r.metrics))
+    return lines
+

@@ -1,0 +1,188 @@
+"""Built-in prestage/compute workloads, written against the ``Backend`` interface.
+
+The primitives are the steps of a GPU prestage: ``alloc``, ``upload``, ``sync``, ``trim``
+and ``compute``, each recorded as a host step of that name. ``partitions`` is the
+two-worker pipeline of DESIGN.md in its single-lock and two-lock forms.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pytest_gpuprof.backends import Backend
+from pytest_gpuprof.device import GpuDevice
+from pytest_gpuprof.metrics import Metrics
+from pytest_gpuprof.profiler import Profiler
+
+Strategy = Literal["single-lock", "two-lock"]
+STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Kernel time per partition as a multiple of its measured pinned upload time. On a GPU,
+# the seed's proportions: ~86 ms of kernels per 4 GiB partition, whose upload takes ~78 ms
+# at the H200's 55 GB/s. On the host backend the copy engine and the kernels share the
+# same cores and memory bus, so copies slow down while kernels run; twice the upload time
+# keeps the two-lock pipeline kernel-bound there, as it is on the GPU.
+COMPUTE_PER_UPLOAD = {"cuda": 1.1, "host": 2.0}
+
+
+class GpuWorkload:
+    def __init__(self, profiler: Profiler, device: GpuDevice, *, rounds: int, warmup: int) -> None:
+        self.profiler = profiler
+        self.device = device
+        self.backend: Backend = profiler.backend
+        self.rounds = rounds
+        self.warmup = warmup
+        self._streams: dict[tuple[int, str], Any] = {}
+
+    @property
+    def default_upload_bytes(self) -> int:
+        """4 GiB on a GPU (the seed's partition); 64 MiB on the host backend."""
+        return 4 * GIB if self.backend.name == "cuda" else 64 * MIB
+
+    def compute_ms_for(self, upload_bytes: int) -> float:
+        """Kernel time that keeps the seed's ratio to the measured pinned upload time."""
+        return COMPUTE_PER_UPLOAD[self.backend.name] * upload_bytes / (self.device.h2d_gbps * 1e6)
+
+    # primitives
+    def alloc(self, nbytes: int) -> Any:
+        with self.profiler.step("alloc", bytes=nbytes):
+            return self.backend.alloc(nbytes)
+
+    def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:
+        """Copy to the device and wait for the copy, as ``cudaMemcpy`` does."""
+        with self.profiler.step("upload", bytes=nbytes, pageable=not pinned):
+            buffer = self.backend.upload(nbytes, pinned=pinned, stream=stream, out=out)
+            self.backend.synchronize(stream)
+        return buffer
+
+    def sync(self) -> None:
+        with self.profiler.step("sync"):
+            self.backend.synchronize()
+
+    def trim(self) -> None:
+        with self.profiler.step("trim"):
+            self.backend.trim()
+
+    def compute(self, ms: float | None = None, kind: str = "fft", *, stream: Any = None) -> None:
+        """About ``ms`` of kernels (default: 10 ms), waited for."""
+        with self.profiler.step("compute"):
+            self.backend.compute(10.0 if ms is None else ms, kind=kind, stream=stream)
+            self.backend.synchronize(stream)
+
+    # the seed pipeline
+    def partitions(
+        self,
+        n: int = 8,
+        upload_bytes: int | None = None,
+        compute_ms: float | None = None,
+        workers: int = 2,
+        strategy: Strategy = "single-lock",
+        pinned: bool = True,
+        *,
+        kind: str = "fft",
+        rounds: int | None = None,
+        warmup: int | None = None,
+    ) -> Metrics:
+        """``n`` partitions over ``workers`` threads; each partition is a ``region``.
+
+        ``single-lock`` holds one lock over the prestage (alloc, upload, device
+        synchronize, pool trim) and the kernels. ``two-lock`` prestages under a memory
+        lock (no device-wide synchronize: it would wait for the other worker's kernels)
+        and computes under a compute lock, the compute stream waiting for the upload's
+        event on the device. Measured as its own window, ``rounds`` times after
+        ``warmup``, unless called inside ``gpuprof.measure``.
+        """
+        if strategy not in STRATEGIES:
+            raise ValueError(f"partitions(strategy={strategy!r}): must be one of {', '.join(STRATEGIES)}")
+        if n < 1 or workers < 1:
+            raise ValueError(f"partitions(n={n}, workers={workers}): both must be at least 1")
+        nbytes = self.default_upload_bytes if upload_bytes is None else int(upload_bytes)
+        ms = self.compute_ms_for(nbytes) if compute_ms is None else float(compute_ms)
+        partition = self._single_lock if strategy == "single-lock" else self._two_lock
+        locks = (threading.Lock(), threading.Lock())
+
+        def run(_round: int) -> None:
+            _run_workers(n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
+
+        if self.profiler.measuring:
+            with self.profiler.window("partitions") as done:
+                run(0)
+            return done[0].metrics
+        return self.profiler.repeat(
+            run,
+            rounds=self.rounds if rounds is None else rounds,
+            warmup=self.warmup if warmup is None else warmup,
+            label=f"partitions[{strategy}]",
+        )
+
+    def _stream(self, worker: int, role: str) -> Any:
+        key = (worker, role)
+        if key not in self._streams:
+            self._streams[key] = self.backend.stream()
+        return self._streams[key]
+
+    def _single_lock(
+        self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[threading.Lock, threading.Lock]
+    ) -> None:
+        copy_stream, compute_stream = self._stream(worker, "copy"), self._stream(worker, "compute")
+        with locks[0], self.profiler.region("partition"):
+            buffer = self.alloc(nbytes)
+            self.upload(nbytes, pinned, stream=copy_stream, out=buffer)
+            self.sync()
+            self.trim()
+            self.compute(ms, kind, stream=compute_stream)
+            del buffer
+
+    def _two_lock(
+        self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[threading.Lock, threading.Lock]
+    ) -> None:
+        memory_lock, compute_lock = locks
+        copy_stream, compute_stream = self._stream(worker, "copy"), self._stream(worker, "compute")
+        with self.profiler.region("partition"):
+            with memory_lock:
+                self.trim()
+                buffer = self.alloc(nbytes)
+                self.upload(nbytes, pinned, stream=copy_stream, out=buffer)
+                uploaded = self.backend.record(copy_stream)
+            with compute_lock:
+                self.backend.wait(compute_stream, uploaded)
+                self.compute(ms, kind, stream=compute_stream)
+            del buffer
+
+    def close(self) -> None:
+        """Wait for and release this workload's streams (at the end of each test)."""
+        for stream in self._streams.values():
+            self.backend.close_stream(stream)
+        self._streams.clear()
+
+
+def _run_workers(n: int, workers: int, partition: Callable[[int], None]) -> None:
+    """Run ``n`` partitions on ``workers`` threads; re-raise the first worker error."""
+    next_partition = iter(range(n))
+    take = threading.Lock()
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        while not errors:
+            with take:
+                if next(next_partition, None) is None:
+                    return
+            try:
+                partition(index)
+            except BaseException as e:
+                errors.append(e)
+
+    if workers == 1:
+        worker(0)
+    else:
+        threads = [threading.Thread(target=worker, args=(i,), name=f"gpuprof-worker-{i}") for i in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
