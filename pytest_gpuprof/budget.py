@@ -177,13 +177,21 @@ def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
     return breaches
 
 
+def human_bytes(n: float) -> str:
+    """Binary units, as GPU memory is counted: 4.00 GiB, 64.0 MiB, 512 B."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
 def describe_breach(b: Breach) -> str:
     if b.kind == "forbid":
-        return f"{b.metric.removesuffix('.pageable')} used pageable host memory (pageable = \"forbid\")"
+        return f'{b.metric.removesuffix(".pageable")} used pageable host memory (pageable = "forbid")'
     is_fraction = b.metric in ("utilization", "discrepancy")
     shown = _pct(b.value) if is_fraction else f"{b.value:.1f}"
     limit = _pct(float(b.limit)) if is_fraction else f"{float(b.limit):.1f}"
@@ -206,7 +214,12 @@ def explain(metrics: Metrics) -> list[str]:
         step = metrics.steps[name]
         detail = ""
         if step.bytes and step.gbps is not None:
-            detail = f" ({step.bytes / GIB:.2f} GiB @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
+            size = (
+                human_bytes(step.bytes)
+                if step.count <= 1
+                else f"{step.count} x {human_bytes(step.bytes // step.count)}"
+            )
+            detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
         parts.append(f"{name} {idle_ms:.1f} ms{detail}")
     lines.append("kernel-idle by step: " + ", ".join(parts))
     observers = []

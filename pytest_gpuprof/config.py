@@ -42,7 +42,7 @@ class Settings:
     pyproject: Path | None = None
 
 
-_FILE_KEYS: dict[str, tuple[type | tuple[type, ...], float, float]] = {
+_FILE_KEYS: dict[str, tuple[Any, float, float]] = {
     "rounds": (int, 1, 10_000),
     "warmup": (int, 0, 10_000),
     "device": (int, 0, 1_024),

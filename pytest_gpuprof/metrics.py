@@ -8,6 +8,7 @@ that have one; what no step covers is ``unattributed``.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -181,9 +182,7 @@ def compute(timeline: Timeline) -> Metrics:
     )
 
 
-def attribute_idle(
-    steps: Sequence[Span], idle: Sequence[iv.Interval]
-) -> tuple[dict[str, float], float]:
+def attribute_idle(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[dict[str, float], float]:
     """Charge each idle stretch to the innermost step of each thread active then.
 
     ``idle`` is sorted and disjoint. Returns nanoseconds charged per step name and the
@@ -211,7 +210,7 @@ def attribute_idle(
         if span.start < lo:
             active[span.thread].append(span)
     idle_index = 0
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in itertools.pairwise(ordered):
         for span in closing.get(a, ()):
             active[span.thread].remove(span)
         for span in opening.get(a, ()):
@@ -221,9 +220,7 @@ def attribute_idle(
             idle_index += 1
         if idle_index == len(idle) or idle[idle_index][0] > a:
             continue
-        innermost = [
-            max(lane, key=lambda s: (s.depth, s.start, s.name)) for lane in active.values() if lane
-        ]
+        innermost = [max(lane, key=lambda s: (s.depth, s.start, s.name)) for lane in active.values() if lane]
         stretch = b - a
         if not innermost:
             unattributed += stretch

@@ -15,14 +15,14 @@ import pytest
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.config import BACKENDS, ConfigError, Settings, read_budget_file, read_pyproject
+from pytest_gpuprof.session import GpuSession
 
 if TYPE_CHECKING:
     from pytest_gpuprof.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
-    from pytest_gpuprof.session import GpuSession
     from pytest_gpuprof.workload import GpuWorkload
 
-SESSION = pytest.StashKey["GpuSession"]()
+SESSION = pytest.StashKey[GpuSession]()
 PROFILER = pytest.StashKey["Profiler"]()
 BUDGET = pytest.StashKey[Budget]()
 
@@ -105,8 +105,6 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = _settings(config)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-    from pytest_gpuprof.session import GpuSession
-
     session = GpuSession(config, settings)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "gpuprof-session")

@@ -77,7 +77,9 @@ class Profiler:
 
     # host spans
     @contextmanager
-    def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> Iterator[None]:
+    def step(
+        self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False
+    ) -> Iterator[None]:
         """A host step: nestable, thread-safe; closed and recorded even when its body raises.
 
         With ``stream``, the step waits for that stream's work launched inside it before it

@@ -136,7 +136,8 @@ def breach_details(records: list[GpuRecord]) -> list[str]:
     lines: list[str] = []
     for r in records:
         if r.breaches:
-            lines.append(f"{r.nodeid}: " + "; ".join(describe_breach(b) for b in r.breaches) + f"  [truth: {r.metrics.truth}]")
+            lines.append(
+                f"{r.nodeid}: " + "; ".join(describe_breach(b) for b in r.breaches) + f"  [truth: {r.metrics.truth}]"
+            )
             lines.extend(f"  {line}" for line in explain(r.metrics))
     return lines
-

@@ -73,7 +73,9 @@ class GpuSession:
                 f"gpuprof: device {info.index} {info.name}, {info.memory_bytes / (1 << 30):.0f} GiB, "
                 f"driver {info.driver}, PCIe {info.pcie}"
             )
-            lines.append(f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}")
+            lines.append(
+                f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}"
+            )
         else:
             lines.append(
                 f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, "

@@ -49,7 +49,7 @@ class GpuWorkload:
 
     # primitives
     def alloc(self, nbytes: int) -> Any:
-        with self.profiler.step("alloc", bytes=nbytes):
+        with self.profiler.step("alloc"):
             return self.backend.alloc(nbytes)
 
     def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:

@@ -33,10 +33,17 @@ class DeviceInfo:
 class Backend(Protocol):
     """The device operations the workloads are written against."""
 
-    name: Literal["cuda", "host"]
-    truth: Truth
+    @property
+    def name(self) -> Literal["cuda", "host"]: ...
+
+    @property
+    def truth(self) -> Truth: ...
 
     def info(self) -> DeviceInfo: ...
+
+    def cupti_status(self) -> str:
+        """'live', or 'off (why)'."""
+        ...
 
     def stream(self) -> Any:
         """A new stream; work on one stream runs in submission order."""
@@ -87,6 +94,12 @@ class Backend(Protocol):
     def drain(self) -> tuple[list[DeviceInterval], list[str]]:
         """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
         ...
+
+    def open_span(self, span_id: int, stream: Any) -> Any:
+        """A host step starts: tag the device work it launches; returns a token."""
+        ...
+
+    def close_span(self, token: Any) -> None: ...
 
     def close_stream(self, stream: Any) -> None: ...
 

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -62,6 +62,8 @@ class _Worker:
                 op()
             except BaseException as e:  # surfaced at the next synchronize
                 self.error = e
+            # Drop the finished work now: it may hold buffers that must return to the pool.
+            del op
 
     def close(self) -> None:
         self._queue.put(None)
@@ -114,7 +116,7 @@ class _Pool:
 
 
 class HostBackend:
-    name = "host"
+    name: Literal["host"] = "host"
     truth: Truth = "host"
 
     def __init__(self) -> None:
@@ -137,6 +139,9 @@ class HostBackend:
             memory_bytes=pages * page,
             driver=f"numpy {np.__version__}",
         )
+
+    def cupti_status(self) -> str:
+        return "off (host backend)"
 
     # streams and events
     def stream(self) -> HostStream:
@@ -212,14 +217,20 @@ class HostBackend:
             self._copy(dst.array, src, target.index, tag, pageable=True)
             return dst
 
-        target.submit(lambda: self._on_copy_engine(lambda: self._copy(dst.array, src, target.index, tag, pageable=False)))
+        array = dst.array
+        target.submit(lambda: self._on_copy_engine(lambda: self._copy(array, src, target.index, tag, pageable=False)))
         return dst
 
     def download(self, buffer: HostBuffer, *, stream: HostStream | None = None) -> np.ndarray:
         host = np.empty(buffer.nbytes, dtype=np.uint8)
         target = self._on(stream)
         tag = current_span_id()
-        target.submit(lambda: self._on_copy_engine(lambda: self._copy(host, buffer.array, target.index, tag, pageable=False, name="DtoH")))
+        array = buffer.array
+        target.submit(
+            lambda: self._on_copy_engine(
+                lambda: self._copy(host, array, target.index, tag, pageable=False, name="DtoH")
+            )
+        )
         return host
 
     def _on_copy_engine(self, job: Callable[[], None]) -> None:

@@ -1,0 +1,19 @@
+import os
+
+from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]
+
+# CI gets a fixed example sequence; locally, hypothesis explores.
+settings.register_profile("ci", derandomize=True, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=200)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# pytester's in-process runs drop modules first imported inside them, and numpy cannot be
+# imported twice in one process: import everything the plugin loads lazily up front.
+import numpy  # noqa: E402, F401
+
+import pytest_gpuprof.backends.host  # noqa: E402
+import pytest_gpuprof.report  # noqa: E402
+import pytest_gpuprof.session  # noqa: E402
+import pytest_gpuprof.workload  # noqa: E402, F401

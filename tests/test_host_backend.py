@@ -1,0 +1,133 @@
+"""The host backend keeps a GPU's ordering rules; these tests check order, never speed."""
+
+import itertools
+import threading
+
+import pytest
+
+from pytest_gpuprof.backends.host import HostBackend
+from pytest_gpuprof.budget import Budget
+from pytest_gpuprof.device import GpuDevice
+from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.workload import GpuWorkload
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def backend():
+    b = HostBackend()
+    yield b
+    b.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpuprof-")]
+
+
+def test_stream_wait_orders_work_across_streams(backend):
+    copy_stream, compute_stream = backend.stream(), backend.stream()
+    backend.begin()
+    buffer = backend.upload(8 * MIB, stream=copy_stream)
+    uploaded = backend.record(copy_stream)
+    backend.wait(compute_stream, uploaded)
+    backend.compute(1.0, stream=compute_stream)
+    backend.synchronize()
+    intervals, _ = backend.drain()
+    (copy,) = [i for i in intervals if i.kind == "memcpy"]
+    (kernel,) = [i for i in intervals if i.kind == "kernel"]
+    assert kernel.start >= copy.end
+    assert copy.bytes == 8 * MIB and not copy.pageable
+    assert kernel.stream == compute_stream.index and copy.stream == copy_stream.index
+    assert buffer.array[:3].tolist() == [7, 7, 7]  # the data really moved
+
+
+def test_work_on_one_stream_runs_in_order(backend):
+    backend.begin()
+    for kind in ("fft", "matmul", "fft"):
+        backend.compute(0.5, kind=kind)
+    backend.upload(MIB)
+    backend.synchronize()
+    intervals, _ = backend.drain()
+    assert [i.kind for i in intervals] == ["kernel", "kernel", "kernel", "memcpy"]
+    assert all(a.end <= b.start for a, b in itertools.pairwise(intervals))
+
+
+def test_pageable_upload_blocks_the_host_for_the_copy(backend):
+    backend.begin()
+    backend.upload(4 * MIB, pinned=False)
+    intervals, _ = backend.drain()  # no synchronize: the copy is already done
+    (copy,) = intervals
+    assert copy.pageable
+
+
+def test_pool_reuses_blocks_until_trimmed(backend):
+    first = backend.alloc(MIB)
+    array = first.array
+    assert backend.memory_in_use() == MIB
+    del first
+    assert backend.memory_in_use() == 0
+    again = backend.alloc(MIB)
+    assert again.array is array
+    del again
+    backend.trim()
+    assert backend.alloc(MIB).array is not array
+
+
+def test_errors_on_a_stream_surface_at_synchronize(backend):
+    with pytest.raises(ValueError, match="kind must be one of fft, matmul"):
+        backend.compute(1, kind="conv")
+    backend.default_stream.submit(lambda: 1 / 0)
+    with pytest.raises(RuntimeError, match="host device work failed: ZeroDivisionError"):
+        backend.synchronize()
+    backend.synchronize()  # reported once, then the stream goes on
+
+
+def test_steps_nest_per_thread_and_close_on_error(backend):
+    profiler = Profiler(backend, budget=Budget())
+    together = threading.Barrier(3)  # all alive at once, so their thread ids differ
+
+    def worker():
+        with profiler.step("outer"), profiler.step("inner"):
+            together.wait()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with pytest.raises(KeyError), profiler.step("failing"):
+        raise KeyError("x")
+    spans = profiler._steps
+    assert len({s.thread for s in spans if s.name == "outer"}) == 3
+    assert {s.depth for s in spans if s.name == "inner"} == {1}
+    assert [s.name for s in spans if s.depth == 0].count("failing") == 1
+    with profiler.step("after"):  # the failed step did not leave its depth behind
+        pass
+    assert spans[-1].depth == 0
+
+
+def test_partitions_use_every_primitive_and_release_memory(backend):
+    profiler = Profiler(backend, budget=Budget(), rounds=2, warmup=1)
+    workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=2, warmup=1)
+    for strategy in ("single-lock", "two-lock"):
+        m = workload.partitions(n=4, upload_bytes=2 * MIB, compute_ms=1, strategy=strategy)
+        assert m.steps["upload"].count == 4 and m.steps["compute"].count == 4
+        assert m.steps["upload"].bytes == 8 * MIB
+        assert m.kernels == 4
+        assert len(m.rounds["utilization"].samples) == 2
+        assert m.reported_utilization is not None
+    assert "sync" in profiler.windows[0].metrics.steps and "sync" not in profiler.windows[1].metrics.steps
+    workload.close()
+    assert backend.memory_in_use() == 0
+
+
+def test_workload_inside_measure_is_part_of_that_window(backend):
+    profiler = Profiler(backend, budget=Budget())
+    workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=3, warmup=0)
+
+    def body():
+        workload.partitions(n=2, upload_bytes=MIB, compute_ms=1)
+        workload.compute(ms=1)
+
+    m = profiler.measure(body, rounds=2, warmup=0)
+    assert len(profiler.windows) == 1
+    assert m.steps["compute"].count == 3 and m.kernels == 3
+    workload.close()

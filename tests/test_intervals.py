@@ -1,0 +1,45 @@
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_gpuprof import intervals as iv
+
+GRID = 60
+interval = st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(lambda t: (min(t), max(t)))
+intervals = st.lists(interval, max_size=12)
+
+
+def covered(spans, t):
+    return any(s <= t < e for s, e in spans)
+
+
+@given(intervals)
+def test_union_covers_exactly_the_points_of_its_input(spans):
+    merged = iv.union(spans)
+    assert [covered(merged, t) for t in range(GRID)] == [covered(spans, t) for t in range(GRID)]
+    # sorted, disjoint and not touching: a gap separates neighbours
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(merged))
+    assert all(s < e for s, e in merged)
+
+
+@given(intervals)
+def test_length_counts_each_covered_point_once(spans):
+    assert iv.length(spans) == sum(covered(spans, t) for t in range(GRID))
+
+
+@given(intervals, interval)
+def test_clip_and_gaps_partition_the_window(spans, window):
+    inside = iv.covered_length(spans, window)
+    holes = iv.gaps(iv.union(spans), window)
+    assert inside == sum(covered(spans, t) for t in range(*window))
+    assert inside + sum(e - s for s, e in holes) == window[1] - window[0]
+    assert not any(covered(spans, t) for s, e in holes for t in range(s, e))
+
+
+def test_union_merges_touching_intervals():
+    assert iv.union([(5, 7), (0, 2), (2, 4), (6, 9), (3, 3)]) == [(0, 4), (5, 9)]
+
+
+def test_gaps_of_nothing_is_the_window():
+    assert iv.gaps([], (3, 8)) == [(3, 8)]

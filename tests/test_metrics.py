@@ -1,0 +1,174 @@
+from collections import defaultdict
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_gpuprof import metrics
+from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+
+MS = 1_000_000
+GRID = 40
+
+
+def kernel(start_ms, end_ms, **kw):
+    return DeviceInterval("kernel", int(start_ms * MS), int(end_ms * MS), **kw)
+
+
+def test_seed_figures_give_51_4_percent():
+    # The seed story: 1,889 ms of kernels in a 3,672 ms GPU_START..GPU_END window.
+    timeline = Timeline(
+        0,
+        3672 * MS,
+        "cupti",
+        regions=(Span("partition", 1, 0, 3672 * MS),),
+        device=(kernel(1000, 2889),),
+    )
+    m = metrics.compute(timeline)
+    assert m.kernel_ms == 1889
+    assert round(100 * m.utilization, 1) == 51.4
+    assert m.reported_utilization == 1.0
+    assert m.discrepancy == pytest.approx(1 - 1889 / 3672)
+    assert m.overhead_ms == 3672 - 1889
+
+
+def test_hand_made_two_worker_timeline():
+    # worker 1 uploads 0-40 then computes 40-80 (kernel 40-80); worker 2 uploads 30-70,
+    # computes 80-100 (kernel 80-100). Window 0-100.
+    steps = (
+        Span("upload", 1, 0, 40 * MS, bytes=4 << 30),
+        Span("compute", 1, 40 * MS, 80 * MS),
+        Span("upload", 2, 30 * MS, 70 * MS, bytes=4 << 30),
+        Span("compute", 2, 80 * MS, 100 * MS),
+    )
+    device = (
+        kernel(40, 80),
+        kernel(80, 100),
+        DeviceInterval("memcpy", 0, 40 * MS, bytes=4 << 30),
+        DeviceInterval("memset", 95 * MS, 100 * MS),
+    )
+    m = metrics.compute(Timeline(0, 100 * MS, "cupti", steps, (), device))
+    assert m.wall_ms == 100
+    assert m.kernel_ms == 60
+    assert m.copy_ms == 40
+    assert m.busy_ms == 100
+    assert m.utilization == pytest.approx(0.6)
+    assert m.busy_utilization == 1.0
+    assert m.reported_utilization is None and m.discrepancy is None
+    # idle is 0-40: 0-30 only worker 1 uploads, 30-40 both upload (split evenly)
+    assert m.steps["upload"].idle_ms == pytest.approx(40)
+    assert m.steps["compute"].idle_ms == 0
+    assert m.unattributed_ms == 0
+    assert m.steps["upload"].count == 2
+    assert m.steps["upload"].host_ms == 80
+    assert m.steps["upload"].host_ms_max == 40
+    assert m.steps["upload"].bytes == 8 << 30
+
+
+def test_nested_steps_charge_the_innermost_and_unattributed_the_rest():
+    steps = (
+        Span("prestage", 7, 0, 50 * MS, depth=0),
+        Span("sync", 7, 10 * MS, 20 * MS, depth=1),
+    )
+    m = metrics.compute(Timeline(0, 60 * MS, "host", steps, (), (kernel(50, 55),)))
+    assert m.steps["sync"].idle_ms == 10
+    assert m.steps["prestage"].idle_ms == 40
+    assert m.unattributed_ms == 5
+    assert m.overhead_ms == 55
+
+
+def test_copy_bandwidth_comes_from_the_copies_a_step_launched():
+    steps = (Span("upload", 1, 0, 30 * MS, span_id=9),)
+    device = (DeviceInterval("memcpy", 5 * MS, 25 * MS, bytes=2_000_000_000, pageable=True, span_id=9),)
+    step = metrics.compute(Timeline(0, 30 * MS, "cupti", steps, (), device)).steps["upload"]
+    assert step.gbps == pytest.approx(100.0)  # 2 GB in 20 ms
+    assert step.bytes == 2_000_000_000
+    assert step.pageable
+
+
+def test_nvml_figures_average_the_samples_in_the_window():
+    samples = (
+        Sample(5, util=0.9, power_w=300, mem_used_bytes=10),
+        Sample(15, util=1.0, power_w=500, mem_used_bytes=30),
+        Sample(99, util=0.0, power_w=0, mem_used_bytes=99),
+    )
+    m = metrics.compute(Timeline(0, 20, "cupti", samples=samples))
+    assert m.nvml is not None
+    assert m.nvml.util_mean == pytest.approx(0.95)
+    assert (m.nvml.power_mean_w, m.nvml.power_max_w, m.nvml.mem_used_max_bytes) == (400, 500, 30)
+    assert metrics.compute(Timeline(0, 20, "cupti")).nvml is None
+
+
+def test_empty_window_is_all_zero_not_a_division_error():
+    m = metrics.compute(Timeline(5, 5, "host"))
+    assert (m.wall_ms, m.utilization, m.overhead_ms) == (0, 0.0, 0)
+
+
+# property: attribution against a brute-force reference on a grid
+span_strategy = st.builds(
+    lambda name, thread, a, b, depth: Span(name, thread, min(a, b), max(a, b), depth),
+    st.sampled_from(["alloc", "upload", "sync", "trim", "compute"]),
+    st.integers(1, 3),
+    st.integers(0, GRID),
+    st.integers(0, GRID),
+    st.integers(0, 2),
+)
+kernel_strategy = st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(
+    lambda t: DeviceInterval("kernel", min(t), max(t))
+)
+
+
+def brute_force(timeline):
+    charged = defaultdict(float)
+    unattributed = 0.0
+    kernel_time = 0
+    for t in range(timeline.start, timeline.end):
+        if any(k.start <= t < k.end for k in timeline.device if k.kind == "kernel"):
+            kernel_time += 1
+            continue
+        lanes = defaultdict(list)
+        for s in timeline.steps:
+            if s.start <= t < s.end:
+                lanes[s.thread].append(s)
+        if not lanes:
+            unattributed += 1
+            continue
+        for lane in lanes.values():
+            inner = max(lane, key=lambda s: (s.depth, s.start, s.name))
+            charged[inner.name] += 1 / len(lanes)
+    return kernel_time, dict(charged), unattributed
+
+
+@given(
+    st.lists(span_strategy, max_size=10),
+    st.lists(kernel_strategy, max_size=6),
+    st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
+)
+def test_attribution_matches_brute_force(steps, kernels, window):
+    timeline = Timeline(window[0], window[1], "host", tuple(steps), (), tuple(kernels))
+    # metrics are in ms; scale back to grid units
+    m = metrics.compute(timeline)
+    kernel_time, charged, unattributed = brute_force(timeline)
+    assert m.kernel_ms * MS == kernel_time
+    assert m.utilization == pytest.approx(kernel_time / (window[1] - window[0]) if window[1] > window[0] else 0)
+    assert m.unattributed_ms * MS == pytest.approx(unattributed)
+    for name, figures in m.steps.items():
+        assert figures.idle_ms * MS == pytest.approx(charged.get(name, 0.0), abs=1e-9)
+    total = sum(s.idle_ms for s in m.steps.values()) + m.unattributed_ms
+    assert total == pytest.approx(m.overhead_ms, abs=1e-12)
+
+
+def test_aggregate_takes_per_metric_medians_and_keeps_the_samples():
+    rounds = [
+        metrics.compute(Timeline(0, wall * MS, "host", (Span("compute", 1, 0, wall * MS),), (), (kernel(0, k),)))
+        for wall, k in ((10, 5), (10, 8), (20, 5))
+    ]
+    m = metrics.aggregate(rounds)
+    assert m.wall_ms == 10
+    assert m.kernel_ms == 5
+    assert m.utilization == pytest.approx(0.5)
+    assert m.rounds["utilization"].samples == pytest.approx((0.5, 0.8, 0.25))
+    assert m.rounds["utilization"].min == 0.25 and m.rounds["utilization"].max == 0.8
+    assert m.rounds["wall_ms"].iqr == pytest.approx(5.0)
+    assert m.steps["compute"].host_ms == 10
+    assert m.get("steps.compute.idle_ms") == pytest.approx(5.0)

@@ -1,0 +1,252 @@
+"""Real pytest sessions on the host backend, read through their outcomes and reports."""
+
+import json
+
+import pytest
+
+IDLE_TEST = """
+import time
+
+def test_idle(gpuprof):
+    with gpuprof.step("prepare"):
+        time.sleep(0.02)
+"""
+
+WORKLOAD_TEST = """
+def test_pipeline(gpu_workload):
+    gpu_workload.partitions(n=2, upload_bytes=1 << 20, compute_ms=2, rounds=2, warmup=0)
+"""
+
+
+def write_pyproject(pytester, budget="", settings=""):
+    pytester.makepyprojecttoml(
+        f"[tool.pytest.ini_options]\n\n[tool.gpuprof]\n{settings}\n[tool.gpuprof.budget]\n{budget}\n"
+    )
+
+
+def test_breach_fails_the_test_with_the_explanation(pytester):
+    write_pyproject(pytester, "min_utilization = 0.5")
+    pytester.makepyfile(IDLE_TEST + "\ndef test_untouched():\n    pass\n")
+    result = pytester.runpytest("--gpu-budget")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)  [[]truth: host]",
+            "*wall * ms = kernels 0.0 ms + kernel-idle * ms",
+            "*kernel-idle by step: prepare * ms, unattributed * ms",
+        ]
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_without_gpu_budget_a_breach_is_a_warning(pytester):
+    write_pyproject(pytester, "min_utilization = 0.5")
+    pytester.makepyfile(IDLE_TEST)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*GpuBudgetWarning: GPU budget exceeded: utilization 0.0% < 50.0%*"])
+    result.stdout.fnmatch_lines(["*test_idle*warn: breach min_utilization*"])
+    assert result.ret == 0
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "budget_file", "marker", "fails"),
+    [
+        ("min_utilization = 0.5", None, None, True),
+        ("min_utilization = 0.5", "min_utilization = 0.0", None, False),  # file over pyproject
+        ("min_utilization = 0.0", "min_utilization = 0.5", None, True),
+        ("min_utilization = 0.5", "min_utilization = 0.5", "min_utilization=0.0", False),  # marker over file
+        ("", None, "min_utilization=0.5", True),
+        ("", None, None, False),
+    ],
+)
+def test_precedence_marker_then_file_then_pyproject(pytester, pyproject, budget_file, marker, fails):
+    write_pyproject(pytester, pyproject)
+    args = ["--gpu-budget"]
+    if budget_file is not None:
+        pytester.path.joinpath("budget.toml").write_text(budget_file + "\n")
+        args = ["--gpu-budget=budget.toml"]
+    decorator = f"@pytest.mark.gpu_budget({marker})\n" if marker else ""
+    pytester.makepyfile("import pytest, time\n\n" + decorator + IDLE_TEST.split("\n", 2)[2])
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=0 if fails else 1, failed=1 if fails else 0)
+
+
+def test_budget_file_may_nest_under_tool_gpuprof_budget(pytester):
+    pytester.path.joinpath("b.toml").write_text("[tool.gpuprof.budget.steps.prepare]\nmax_ms = 1\n")
+    pytester.makepyfile(IDLE_TEST)
+    result = pytester.runpytest("--gpu-budget=b.toml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*steps.prepare.host_ms * ms > 1.0 ms (steps.prepare.max_ms)*"])
+
+
+@pytest.mark.parametrize(
+    ("budget", "settings", "expected"),
+    [
+        ("min_util = 0.8", "", "unknown budget key 'min_util'; valid keys: min_utilization, max_overhead_ms"),
+        ('min_utilization = "0.8"', "", "'min_utilization' must be a number, not str '0.8'"),
+        ("min_utilization = 80", "", "'min_utilization' = 80 is out of range"),
+        ("[tool.gpuprof.budget.steps.upload]\nmin_gbps = -1", "", "'steps.upload.min_gbps' = -1 is out of range"),
+        ("[tool.gpuprof.budget.steps.upload]\nmax_mss = 1", "", "unknown budget key 'steps.upload.max_mss'"),
+        ('[tool.gpuprof.budget.steps.upload]\npageable = "no"', "", "'steps.upload.pageable' must be one of"),
+        ("", "round = 3", "unknown key 'round'; valid keys: backend, rounds, warmup"),
+        ("", 'rounds = "many"', "'rounds' must be a number"),
+        ("", "rounds = 0", "'rounds' = 0 is out of range"),
+        ("", 'backend = "rocm"', "'backend' must be one of auto, cuda, host, not 'rocm'"),
+    ],
+)
+def test_bad_pyproject_is_a_usage_error_naming_key_and_file(pytester, budget, settings, expected):
+    write_pyproject(pytester, budget, settings)
+    pytester.makepyfile("def test_never_runs():\n    raise AssertionError('test body executed')\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*pytest-gpuprof: *pyproject.toml [[]tool.gpuprof*{expected}*"])
+    assert "test body executed" not in result.stdout.str()
+
+
+def test_bad_budget_file_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_never_runs():\n    pass\n")
+    pytester.path.joinpath("b.toml").write_text("max_overhead = 3\n")
+    result = pytester.runpytest("--gpu-budget=b.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*b.toml: unknown budget key 'max_overhead'; valid keys:*"])
+    pytester.path.joinpath("c.toml").write_text("min_utilization = [\n")
+    result = pytester.runpytest("--gpu-budget=c.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*c.toml: not valid TOML*"])
+    result = pytester.runpytest("--gpu-budget=missing.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-budget=missing.toml: no such file*"])
+
+
+def test_bad_marker_is_a_usage_error_before_any_test_runs(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_first():
+            raise AssertionError("test body executed")
+
+        @pytest.mark.gpu_budget(min_utilisation=0.8)
+        def test_typo(gpuprof):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*test_typo: @pytest.mark.gpu_budget: unknown budget key 'min_utilisation'; valid keys: min_utilization*"]
+    )
+    assert "test body executed" not in result.stdout.str()
+
+
+def test_bad_command_line_values_are_usage_errors(pytester):
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--gpu-rounds=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-rounds=0: must be at least 1*"])
+
+
+def test_header_names_backend_and_why(pytester):
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--gpu-backend=host")
+    result.stdout.fnmatch_lines(
+        [
+            "gpuprof: backend host (asked for with --gpu-backend=host)",
+            "gpuprof: device host CPU (*): workloads run on CPU threads, truth 'host'; CUPTI off (no GPU); NVML off (no GPU)",
+            "gpuprof: budgets reported as warnings (no --gpu-budget); rounds 5, warmup 1*",
+        ]
+    )
+
+
+def test_auto_backend_says_why_it_chose_host(pytester, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "cupy", None)  # as on a machine without CuPy
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--gpu-budget")
+    result.stdout.fnmatch_lines(["gpuprof: backend host (no CUDA device: CuPy is not installed*", "*budgets enforced*"])
+    result = pytester.runpytest("--gpu-backend=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-backend=cuda, but CuPy is not installed*"])
+
+
+def test_gpu_marker_skips_with_the_reason_on_the_host_backend(pytester):
+    pytester.makepyfile("import pytest\n\n@pytest.mark.gpu\ndef test_needs_cuda():\n    pass\n")
+    result = pytester.runpytest("-rs", "--gpu-backend=host")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA device: asked for with --gpu-backend=host*"])
+
+
+def test_strict_xfail_on_a_breach_is_xfailed_and_summarised(pytester):
+    write_pyproject(pytester, "min_utilization = 0.5")
+    pytester.makepyfile(
+        "import pytest, time\n\n"
+        "@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason='idles')\n" + IDLE_TEST.split("\n", 2)[2]
+    )
+    result = pytester.runpytest("--gpu-budget")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["*test_idle*xfail: breach min_utilization*", "*kernel-idle by step: prepare*"])
+    assert result.ret == 0
+
+
+def test_json_report(pytester):
+    write_pyproject(pytester, "min_utilization = 0.5\n[tool.gpuprof.budget.steps.upload]\nmax_ms = 10000")
+    pytester.makepyfile(IDLE_TEST + WORKLOAD_TEST + "\ndef test_no_gpu():\n    pass\n")
+    result = pytester.runpytest("--gpu-report=out/report.json")
+    result.assert_outcomes(passed=3, warnings=1)
+    report = json.loads(pytester.path.joinpath("out/report.json").read_text())
+    assert report["schema"] == 1
+    assert set(report["machine"]) >= {"id", "gpu", "driver", "pcie", "backend", "truth"}
+    assert report["machine"]["backend"] == "host" and report["machine"]["truth"] == "host"
+    tests = {t["nodeid"].split("::")[1]: t for t in report["tests"]}
+    assert set(tests) == {"test_idle", "test_pipeline"}
+    idle = tests["test_idle"]
+    assert idle["outcome"] == "passed"
+    assert idle["metrics"]["utilization"] == 0.0
+    assert idle["metrics"]["truth"] == "host"
+    assert idle["budget"]["limits"] == {"min_utilization": 0.5, "steps": {"upload": {"max_ms": 10000.0}}}
+    assert idle["budget"]["breaches"] == [
+        {"metric": "utilization", "value": 0.0, "limit": 0.5, "kind": "min", "key": "min_utilization"}
+    ]
+    pipeline = tests["test_pipeline"]
+    assert pipeline["metrics"]["steps"]["upload"]["count"] == 2
+    assert pipeline["metrics"]["steps"]["upload"]["bytes"] == 2 << 20
+    assert pipeline["metrics"]["reported_utilization"] > 0
+    assert len(pipeline["rounds"]["utilization"]["samples"]) == 2
+    assert set(pipeline["rounds"]["wall_ms"]) == {"median", "min", "max", "iqr", "samples"}
+    assert not list(pytester.path.joinpath("out").glob(".*tmp"))
+
+
+def test_failing_test_is_reported_with_its_outcome(pytester):
+    pytester.makepyfile(
+        """
+        def test_raises_in_step(gpuprof, gpu_workload):
+            with gpuprof.step("outer"):
+                gpu_workload.compute(ms=1)
+                raise RuntimeError("boom")
+        """
+    )
+    result = pytester.runpytest("--gpu-report=r.json", "--gpu-backend=host")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: boom*"])
+    (test,) = json.loads(pytester.path.joinpath("r.json").read_text())["tests"]
+    assert test["outcome"] == "failed"
+    assert set(test["metrics"]["steps"]) == {"outer", "compute"}
+    assert test["metrics"]["kernel_ms"] > 0
+
+
+def test_gpuprof_check_asserts_now(pytester):
+    pytester.makepyfile(
+        """
+        import pytest, time
+        from pytest_gpuprof.profiler import GpuBudgetExceeded
+
+        def test_check(gpuprof, gpu_workload):
+            m = gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+            assert gpuprof.check(max_overhead_ms=1e6) is m
+            with pytest.raises(GpuBudgetExceeded) as info:
+                gpuprof.check(min_utilization=1.0)
+            assert "min_utilization" in str(info.value)
+            assert info.value.breaches[0].metric == "utilization"
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
