@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
@@ -34,11 +34,12 @@ class GpuBudgetExceeded(AssertionError):
         self.metrics = metrics
 
 
-class Sampler:
-    """A source of hardware samples (NVML); ``samples(lo, hi)`` returns those in range."""
+class Sampler(Protocol):
+    """A source of hardware samples (NVML)."""
 
     def samples(self, lo: int, hi: int) -> list[Sample]:
-        return []
+        """The samples taken between ``lo`` and ``hi`` (host clock, ns)."""
+        ...
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Profiler:
         self.budget = budget or Budget()
         self.default_rounds = rounds
         self.default_warmup = warmup
-        self.sampler = sampler or Sampler()
+        self.sampler = sampler
         self.windows: list[Window] = []
         self._lock = threading.Lock()
         self._steps: list[Span] = []
@@ -82,13 +83,12 @@ class Profiler:
     ) -> Iterator[None]:
         """A host step: nestable, thread-safe; closed and recorded even when its body raises.
 
-        With ``stream``, the step waits for that stream's work launched inside it before it
-        closes, so that its host time covers the device work it issued.
+        Device work launched inside is tagged with the step (CUPTI correlation). With
+        ``stream``, events are recorded on that stream at both edges: where CUPTI is not
+        available, they are how the step's device time is seen.
         """
-        with self._span(name, self._steps, bytes=bytes, pageable=pageable):
+        with self._span(name, self._steps, bytes=bytes, pageable=pageable, stream=stream):
             yield
-            if stream is not None:
-                self.backend.synchronize(stream)
 
     @contextmanager
     def region(self, name: str = "partition") -> Iterator[None]:
@@ -97,14 +97,19 @@ class Profiler:
             yield
 
     @contextmanager
-    def _span(self, name: str, into: list[Span], *, bytes: int | None = None, pageable: bool = False) -> Iterator[None]:
+    def _span(
+        self, name: str, into: list[Span], *, bytes: int | None = None, pageable: bool = False, stream: Any = None
+    ) -> Iterator[None]:
         span_id = next(_span_ids)
         depth = push_span(span_id)
+        token = self.backend.open_span(span_id, stream, copy=bytes is not None) if into is self._steps else None
         start = time.perf_counter_ns()
         try:
             yield
         finally:
             end = time.perf_counter_ns()
+            if token is not None:
+                self.backend.close_span(token)
             pop_span(span_id)
             span = Span(name, threading.get_ident(), start, end, depth, span_id, bytes, pageable)
             with self._lock:
@@ -202,7 +207,7 @@ class Profiler:
             steps,
             regions,
             device,
-            tuple(self.sampler.samples(start, end)),
+            tuple(self.sampler.samples(start, end)) if self.sampler is not None else (),
             notes,
         )
 

@@ -54,7 +54,8 @@ class GpuWorkload:
 
     def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:
         """Copy to the device and wait for the copy, as ``cudaMemcpy`` does."""
-        with self.profiler.step("upload", bytes=nbytes, pageable=not pinned):
+        stream = self.backend.default_stream if stream is None else stream
+        with self.profiler.step("upload", bytes=nbytes, stream=stream, pageable=not pinned):
             buffer = self.backend.upload(nbytes, pinned=pinned, stream=stream, out=out)
             self.backend.synchronize(stream)
         return buffer
@@ -69,7 +70,8 @@ class GpuWorkload:
 
     def compute(self, ms: float | None = None, kind: str = "fft", *, stream: Any = None) -> None:
         """About ``ms`` of kernels (default: 10 ms), waited for."""
-        with self.profiler.step("compute"):
+        stream = self.backend.default_stream if stream is None else stream
+        with self.profiler.step("compute", stream=stream):
             self.backend.compute(10.0 if ms is None else ms, kind=kind, stream=stream)
             self.backend.synchronize(stream)
 

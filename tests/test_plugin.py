@@ -190,7 +190,8 @@ def test_strict_xfail_on_a_breach_is_xfailed_and_summarised(pytester):
 
 def test_json_report(pytester):
     write_pyproject(pytester, "min_utilization = 0.5\n[tool.gpuprof.budget.steps.upload]\nmax_ms = 10000")
-    pytester.makepyfile(IDLE_TEST + WORKLOAD_TEST + "\ndef test_no_gpu():\n    pass\n")
+    pipeline = "import pytest\n\n@pytest.mark.gpu_budget(min_utilization=0.0)" + WORKLOAD_TEST
+    pytester.makepyfile(IDLE_TEST + pipeline + "\ndef test_no_gpu():\n    pass\n")
     result = pytester.runpytest("--gpu-report=out/report.json")
     result.assert_outcomes(passed=3, warnings=1)
     report = json.loads(pytester.path.joinpath("out/report.json").read_text())
@@ -208,6 +209,7 @@ def test_json_report(pytester):
         {"metric": "utilization", "value": 0.0, "limit": 0.5, "kind": "min", "key": "min_utilization"}
     ]
     pipeline = tests["test_pipeline"]
+    assert pipeline["budget"]["limits"]["min_utilization"] == 0.0
     assert pipeline["metrics"]["steps"]["upload"]["count"] == 2
     assert pipeline["metrics"]["steps"]["upload"]["bytes"] == 2 << 20
     assert pipeline["metrics"]["reported_utilization"] > 0

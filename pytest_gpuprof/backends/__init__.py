@@ -39,6 +39,8 @@ class Backend(Protocol):
     @property
     def truth(self) -> Truth: ...
 
+    default_stream: Any
+
     def info(self) -> DeviceInfo: ...
 
     def cupti_status(self) -> str:
@@ -95,8 +97,11 @@ class Backend(Protocol):
         """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
         ...
 
-    def open_span(self, span_id: int, stream: Any) -> Any:
-        """A host step starts: tag the device work it launches; returns a token."""
+    def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
+        """A host step starts: tag the device work it launches; returns a token.
+
+        ``copy``: the step moves bytes (where only its edges are seen, its device time
+        counts as a copy, not as kernels)."""
         ...
 
     def close_span(self, token: Any) -> None: ...

@@ -1,6 +1,25 @@
-"""The ``cuda`` backend (CuPy), filled in below."""
+"""The ``cuda`` backend: CuPy streams, events, pool and kernels; device truth from CUPTI.
+
+Device intervals come from CUPTI activity records (``truth = "cupti"``). Where CUPTI is
+missing, taken by another profiler or switched off, they come from CUDA events recorded
+on a step's stream at its edges (``truth = "events"``): a step's device time is then the
+time between its two events on that stream, which cannot tell kernels from waits or see
+work launched on other streams.
+"""
 
 from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from pytest_gpuprof.backends import DeviceInfo
+from pytest_gpuprof.model import DeviceInterval, Truth
+
+MIB = 1 << 20
 
 
 def unavailable(device: int) -> str | None:
@@ -20,3 +39,247 @@ def unavailable(device: int) -> str | None:
     if not 0 <= device < count:
         return f"--gpu-device={device}, but only {count} device(s) are visible"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _EdgeEvents:
+    span_id: int
+    stream: Any
+    start: Any
+    kind: Literal["kernel", "memcpy"]
+
+
+class CudaBackend:
+    name: Literal["cuda"] = "cuda"
+
+    def __init__(self, device: int, *, cupti: bool = True) -> None:
+        import cupy
+
+        self._cp = cupy
+        self.index = device
+        self._device = cupy.cuda.Device(device)
+        with self._device:
+            self._pool = cupy.get_default_memory_pool()
+            self.default_stream = cupy.cuda.Stream(non_blocking=True)
+        self._lock = threading.Lock()
+        self._sources: dict[tuple[int, bool], Any] = {}
+        self._units: dict[str, tuple[Any, float]] = {}
+        self._edges: list[tuple[_EdgeEvents, Any]] = []
+        self._anchor: tuple[Any, int] | None = None
+        self._cupti_reason = "off (--gpu-no-cupti)"
+        self._cupti: Any = None
+        if cupti:
+            from pytest_gpuprof import cupti_capture
+
+            self._cupti, self._cupti_reason = cupti_capture.start()
+
+    @property
+    def truth(self) -> Truth:
+        return "cupti" if self._cupti is not None else "events"
+
+    def cupti_status(self) -> str:
+        return "live" if self._cupti is not None else self._cupti_reason
+
+    def info(self) -> DeviceInfo:
+        cp = self._cp
+        props = cp.cuda.runtime.getDeviceProperties(self.index)
+        driver = cp.cuda.runtime.driverGetVersion()
+        from pytest_gpuprof import nvml
+
+        link = nvml.pcie_link(self.index)
+        return DeviceInfo(
+            backend="cuda",
+            index=self.index,
+            name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+            memory_bytes=int(props["totalGlobalMem"]),
+            driver=nvml.driver_version() or f"CUDA driver API {driver // 1000}.{driver % 1000 // 10}",
+            pcie_gen=link[0] if link else None,
+            pcie_width=link[1] if link else None,
+            extra={"sm_count": int(props["multiProcessorCount"]), "cuda_runtime": cp.cuda.runtime.runtimeGetVersion()},
+        )
+
+    # streams and events
+    def stream(self) -> Any:
+        with self._device:
+            return self._cp.cuda.Stream(non_blocking=True)
+
+    def close_stream(self, stream: Any) -> None:
+        with self._device:
+            stream.synchronize()
+
+    def _on(self, stream: Any) -> Any:
+        return self.default_stream if stream is None else stream
+
+    def record(self, stream: Any = None) -> Any:
+        with self._device:
+            event = self._cp.cuda.Event()
+            event.record(self._on(stream))
+            return event
+
+    def wait(self, stream: Any, event: Any) -> None:
+        with self._device:
+            self._on(stream).wait_event(event)
+
+    def event_synchronize(self, event: Any) -> None:
+        event.synchronize()
+
+    def synchronize(self, stream: Any = None) -> None:
+        with self._device:
+            if stream is None:
+                self._device.synchronize()
+            else:
+                stream.synchronize()
+
+    # memory
+    def alloc(self, nbytes: int) -> Any:
+        with self._device:
+            return self._cp.empty(int(nbytes), dtype=self._cp.uint8)
+
+    def trim(self) -> None:
+        with self._device:
+            self._pool.free_all_blocks()
+
+    def memory_in_use(self) -> int:
+        return int(self._pool.used_bytes())
+
+    def _source(self, nbytes: int, pinned: bool) -> Any:
+        # The user's data already sits in host memory before an upload: keep one source
+        # per size and kind, so that the copy, not the filling, is what gets timed.
+        key = (nbytes, pinned)
+        with self._lock:
+            src = self._sources.get(key)
+            if src is None:
+                if pinned:
+                    import cupyx
+
+                    src = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+                else:
+                    src = np.empty(nbytes, dtype=np.uint8)
+                src.fill(7)
+                self._sources = {k: v for k, v in self._sources.items() if k[1] != pinned}
+                self._sources[key] = src
+        return src
+
+    def upload(self, nbytes: int, *, pinned: bool = True, stream: Any = None, out: Any = None) -> Any:
+        with self._device:
+            dst = out if out is not None else self.alloc(nbytes)
+            dst[:nbytes].set(self._source(nbytes, pinned), stream=self._on(stream))
+            return dst
+
+    def download(self, buffer: Any, *, stream: Any = None) -> Any:
+        import cupyx
+
+        with self._device:
+            host = cupyx.empty_pinned((buffer.nbytes,), dtype=np.uint8)
+            buffer.get(stream=self._on(stream), out=host)
+            return host
+
+    # kernels
+    def _unit(self, kind: str) -> tuple[Any, float]:
+        """A kernel of each kind and its device time in ms, measured once per session.
+
+        ``fft``: a 2^24-point complex64 FFT (an NTT stand-in, memory-bound); ``matmul``:
+        a 2048x2048 fp32 product (compute-bound). Both take a fraction of a millisecond
+        on an H200, fine enough to size a request of a few milliseconds.
+        """
+        if kind in self._units:
+            return self._units[kind]
+        cp = self._cp
+        if kind == "fft":
+            data = cp.ones(1 << 24, dtype=cp.complex64)
+
+            def launch() -> None:
+                cp.fft.fft(data)
+
+        elif kind == "matmul":
+            data = cp.ones((2048, 2048), dtype=cp.float32)
+
+            def launch() -> None:
+                cp.matmul(data, data)
+
+        else:
+            raise ValueError(f"compute(kind={kind!r}): kind must be one of fft, matmul")
+        stream = self.stream()
+        with stream:
+            for _ in range(3):
+                launch()
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(20):
+                launch()
+            end.record(stream)
+            end.synchronize()
+        unit_ms = cp.cuda.get_elapsed_time(start, end) / 20
+        self._units[kind] = (launch, unit_ms)
+        return launch, unit_ms
+
+    def compute(self, ms: float, *, kind: str = "fft", stream: Any = None) -> None:
+        with self._device:
+            launch, unit_ms = self._unit(kind)
+            with self._on(stream):
+                for _ in range(max(1, round(ms / unit_ms))):
+                    launch()
+
+    # device truth
+    def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
+        if self._cupti is not None:
+            self._cupti.push(span_id)
+            return span_id
+        if stream is None:
+            return None
+        return _EdgeEvents(span_id, stream, self.record(stream), "memcpy" if copy else "kernel")
+
+    def close_span(self, token: Any) -> None:
+        if self._cupti is not None:
+            self._cupti.pop()
+            return
+        end = self.record(token.stream)
+        with self._lock:
+            self._edges.append((token, end))
+
+    def begin(self) -> None:
+        self.synchronize()
+        if self._cupti is not None:
+            self._cupti.reset()
+            return
+        with self._device:
+            anchor = self._cp.cuda.Event()
+            anchor.record(self.default_stream)
+            anchor.synchronize()
+        self._anchor = (anchor, time.perf_counter_ns())
+        with self._lock:
+            self._edges = []
+
+    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+        if self._cupti is not None:
+            return self._cupti.drain()
+        return self._drain_events()
+
+    def _drain_events(self) -> tuple[list[DeviceInterval], list[str]]:
+        if self._anchor is None:
+            self.begin()
+        assert self._anchor is not None
+        anchor, anchor_ns = self._anchor
+        with self._lock:
+            done = [(t, e) for t, e in self._edges if e.done]
+            self._edges = [(t, e) for t, e in self._edges if not e.done]
+        out = []
+        elapsed = self._cp.cuda.get_elapsed_time
+        for token, end in done:
+            start_ns = anchor_ns + int(elapsed(anchor, token.start) * 1e6)
+            end_ns = anchor_ns + int(elapsed(anchor, end) * 1e6)
+            out.append(DeviceInterval(token.kind, start_ns, end_ns, 0, "step events", 0, False, token.span_id))
+        note = (
+            "truth 'events': device time is each step's span between CUDA events on its stream; "
+            "kernels, copies and waits inside a step are not told apart, and work on other streams is not seen"
+        )
+        return out, [note]
+
+    def close(self) -> None:
+        try:
+            self.synchronize()
+        finally:
+            if self._cupti is not None:
+                self._cupti.stop()
+            self._pool.free_all_blocks()
+            self._sources.clear()
