@@ -16,7 +16,7 @@ import pytest
 def test_single_lock_pipeline(gpu_workload):
     metrics = gpu_workload.partitions(n=8, workers=2, strategy="single-lock")
     # The brackets look perfect; the budget check after the test tells the truth.
-    assert metrics.reported_utilization > 0.95
+    assert metrics.reported_utilization > 0.9
 
 
 def test_two_lock_pipeline(gpu_workload):

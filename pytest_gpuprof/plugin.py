@@ -183,6 +183,7 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
 
     settings = pytestconfig.stash[SESSION].settings
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)
+    gpuprof.backend.prepare()
     try:
         yield workload
     finally:

@@ -77,43 +77,18 @@ class Profiler:
         backend.begin()
 
     # host spans
-    @contextmanager
-    def step(
-        self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False
-    ) -> Iterator[None]:
+    def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> _SpanScope:
         """A host step: nestable, thread-safe; closed and recorded even when its body raises.
 
         Device work launched inside is tagged with the step (CUPTI correlation). With
         ``stream``, events are recorded on that stream at both edges: where CUPTI is not
         available, they are how the step's device time is seen.
         """
-        with self._span(name, self._steps, bytes=bytes, pageable=pageable, stream=stream):
-            yield
+        return _SpanScope(self, name, self._steps, bytes, pageable, stream)
 
-    @contextmanager
-    def region(self, name: str = "partition") -> Iterator[None]:
+    def region(self, name: str = "partition") -> _SpanScope:
         """A bracket, as GPU_START..GPU_END instrumentation would put around a partition."""
-        with self._span(name, self._regions):
-            yield
-
-    @contextmanager
-    def _span(
-        self, name: str, into: list[Span], *, bytes: int | None = None, pageable: bool = False, stream: Any = None
-    ) -> Iterator[None]:
-        span_id = next(_span_ids)
-        depth = push_span(span_id)
-        token = self.backend.open_span(span_id, stream, copy=bytes is not None) if into is self._steps else None
-        start = time.perf_counter_ns()
-        try:
-            yield
-        finally:
-            end = time.perf_counter_ns()
-            if token is not None:
-                self.backend.close_span(token)
-            pop_span(span_id)
-            span = Span(name, threading.get_ident(), start, end, depth, span_id, bytes, pageable)
-            with self._lock:
-                into.append(span)
+        return _SpanScope(self, name, self._regions, None, False, None)
 
     # windows
     @contextmanager
@@ -259,3 +234,60 @@ class Profiler:
             return []
         self._record(whole)
         return self.windows
+
+
+class _SpanScope:
+    """The context manager behind ``step`` and ``region``: a class, not a generator,
+    because it sits on the measuring path (a few microseconds per step)."""
+
+    __slots__ = (
+        "_bytes",
+        "_depth",
+        "_into",
+        "_name",
+        "_pageable",
+        "_profiler",
+        "_span_id",
+        "_start",
+        "_stream",
+        "_token",
+    )
+
+    def __init__(
+        self, profiler: Profiler, name: str, into: list[Span], nbytes: int | None, pageable: bool, stream: Any
+    ) -> None:
+        self._profiler = profiler
+        self._name = name
+        self._into = into
+        self._bytes = nbytes
+        self._pageable = pageable
+        self._stream = stream
+
+    def __enter__(self) -> None:
+        self._span_id = span_id = next(_span_ids)
+        self._depth = push_span(span_id)
+        profiler = self._profiler
+        is_step = self._into is profiler._steps
+        self._token = (
+            profiler.backend.open_span(span_id, self._stream, copy=self._bytes is not None) if is_step else None
+        )
+        self._start = time.perf_counter_ns()
+
+    def __exit__(self, *exc: object) -> None:
+        end = time.perf_counter_ns()
+        if self._token is not None:
+            self._profiler.backend.close_span(self._token)
+        pop_span(self._span_id)
+        # list.append is atomic: no lock needed on this path
+        self._into.append(
+            Span(
+                self._name,
+                threading.get_ident(),
+                self._start,
+                end,
+                self._depth,
+                self._span_id,
+                self._bytes,
+                self._pageable,
+            )
+        )

@@ -150,11 +150,11 @@ class GpuSession:
         return list(self.records.values())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_gpuprof.report import breach_details, table
-
         records = self.finished()
         if not records:
             return
+        from pytest_gpuprof.report import breach_details, table
+
         tr = terminalreporter
         tr.section(f"gpuprof: true GPU utilization (truth: {self.truth}, backend: {self.backend_name})")
         for line in table(records):

@@ -77,6 +77,10 @@ class Backend(Protocol):
         """Copy ``buffer`` device to host into pinned memory; asynchronous on ``stream``."""
         ...
 
+    def prepare(self) -> None:
+        """Get ready for ``compute`` (size its kernels) outside any measured window."""
+        ...
+
     def compute(self, ms: float, *, kind: str = "fft", stream: Any = None) -> None:
         """Launch about ``ms`` of kernels on ``stream``; returns once launched."""
         ...

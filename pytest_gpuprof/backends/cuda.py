@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,6 +42,26 @@ def unavailable(device: int) -> str | None:
     return None
 
 
+KINDS = ("fft", "matmul")
+LARGE_MS, SMALL_MS = 1.0, 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    launch: Callable[[], None]
+    ms: float
+
+
+def _fft(cp: Any, batch: int) -> Callable[[], None]:
+    data = cp.ones((batch, 1 << 20), dtype=cp.complex64)
+    return lambda: cp.fft.fft(data, axis=-1)
+
+
+def _matmul(cp: Any, n: int) -> Callable[[], None]:
+    data = cp.ones((n, n), dtype=cp.float32)
+    return lambda: cp.matmul(data, data)
+
+
 @dataclass(frozen=True, slots=True)
 class _EdgeEvents:
     span_id: int
@@ -63,7 +84,7 @@ class CudaBackend:
             self.default_stream = cupy.cuda.Stream(non_blocking=True)
         self._lock = threading.Lock()
         self._sources: dict[tuple[int, bool], Any] = {}
-        self._units: dict[str, tuple[Any, float]] = {}
+        self._units: dict[str, tuple[Kernel, Kernel]] = {}
         self._edges: list[tuple[_EdgeEvents, Any]] = []
         self._anchor: tuple[Any, int] | None = None
         self._cupti_reason = "off (--gpu-no-cupti)"
@@ -175,50 +196,62 @@ class CudaBackend:
             return host
 
     # kernels
-    def _unit(self, kind: str) -> tuple[Any, float]:
-        """A kernel of each kind and its device time in ms, measured once per session.
+    def prepare(self) -> None:
+        """Size every kernel kind now, so that no calibration lands inside a measured window."""
+        for kind in KINDS:
+            self._sizes(kind)
 
-        ``fft``: a 2^24-point complex64 FFT (an NTT stand-in, memory-bound); ``matmul``:
-        a 2048x2048 fp32 product (compute-bound). Both take a fraction of a millisecond
-        on an H200, fine enough to size a request of a few milliseconds.
+    def _sizes(self, kind: str) -> tuple[Kernel, Kernel]:
+        """A large and a small kernel of ``kind``, each with its device time in ms.
+
+        Python launches a kernel in tens of microseconds, so kernels of a fraction of a
+        millisecond leave the device waiting for the host: ``compute`` launches ~1 ms
+        kernels and tops up the remainder with ~0.1 ms ones. ``fft``: batched 2^20-point
+        complex64 FFTs (an NTT stand-in, memory-bound); ``matmul``: fp32 products of
+        4096^2 and 1024^2 (compute-bound).
         """
         if kind in self._units:
             return self._units[kind]
         cp = self._cp
-        if kind == "fft":
-            data = cp.ones(1 << 24, dtype=cp.complex64)
+        with self._device:
+            if kind == "fft":
+                row_ms = self._time(_fft(cp, 16)) / 16
+                large = _fft(cp, max(1, round(LARGE_MS / row_ms)))
+                small = _fft(cp, max(1, round(SMALL_MS / row_ms)))
+            elif kind == "matmul":
+                large, small = _matmul(cp, 4096), _matmul(cp, 1024)
+            else:
+                raise ValueError(f"compute(kind={kind!r}): kind must be one of {', '.join(KINDS)}")
+            sizes = (Kernel(large, self._time(large)), Kernel(small, self._time(small)))
+        self._units[kind] = sizes
+        return sizes
 
-            def launch() -> None:
-                cp.fft.fft(data)
-
-        elif kind == "matmul":
-            data = cp.ones((2048, 2048), dtype=cp.float32)
-
-            def launch() -> None:
-                cp.matmul(data, data)
-
-        else:
-            raise ValueError(f"compute(kind={kind!r}): kind must be one of fft, matmul")
+    def _time(self, launch: Callable[[], None]) -> float:
+        """Device time of one launch in ms: 10 back-to-back launches between events, after 2."""
+        cp = self._cp
         stream = self.stream()
         with stream:
-            for _ in range(3):
+            for _ in range(2):
                 launch()
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
-            for _ in range(20):
+            for _ in range(10):
                 launch()
             end.record(stream)
             end.synchronize()
-        unit_ms = cp.cuda.get_elapsed_time(start, end) / 20
-        self._units[kind] = (launch, unit_ms)
-        return launch, unit_ms
+        return float(cp.cuda.get_elapsed_time(start, end)) / 10
 
     def compute(self, ms: float, *, kind: str = "fft", stream: Any = None) -> None:
-        with self._device:
-            launch, unit_ms = self._unit(kind)
-            with self._on(stream):
-                for _ in range(max(1, round(ms / unit_ms))):
-                    launch()
+        large, small = self._sizes(kind)
+        n_large = int(ms // large.ms)
+        n_small = max(0, round((ms - n_large * large.ms) / small.ms))
+        if n_large == 0 and n_small == 0:
+            n_small = 1
+        with self._device, self._on(stream):
+            for _ in range(n_large):
+                large.launch()
+            for _ in range(n_small):
+                small.launch()
 
     # device truth
     def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:

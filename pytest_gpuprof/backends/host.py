@@ -268,6 +268,9 @@ class HostBackend:
         self._stamp(DeviceInterval("memcpy", start, end, stream, name, src.nbytes, pageable, tag))
 
     # kernels
+    def prepare(self) -> None:
+        return None  # host kernels run for the time asked: nothing to size
+
     def compute(self, ms: float, *, kind: str = "fft", stream: HostStream | None = None) -> None:
         if kind not in KERNELS:
             raise ValueError(f"compute(kind={kind!r}): kind must be one of {', '.join(KERNELS)}")

@@ -1,0 +1,217 @@
+"""pytest-gpuprof against the tools a GPU engineer would otherwise use, side by side.
+
+Run on a CUDA machine: ``python benchmarks/bench.py`` (CuPy, cupti-python, triton for the
+do_bench row). Prints one table; each row is measured in this run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+rows: list[tuple[str, str, str]] = []
+
+
+def row(name: str, ours: str, reference: str) -> None:
+    rows.append((name, ours, reference))
+    print(f"{name:<58} {ours:<34} {reference}", flush=True)
+
+
+def per_call_us(fn, n: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter_ns()
+        fn(n)
+        best = min(best, (time.perf_counter_ns() - start) / n / 1000)
+    return best
+
+
+def step_cost(cp, backend, profiler) -> None:
+    stream = backend.stream()
+    e1, e2 = cp.cuda.Event(), cp.cuda.Event()
+
+    def raw(n: int) -> None:
+        for _ in range(n):
+            e1.record(stream)
+            e2.record(stream)
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            with profiler.step("s"):
+                pass
+
+    def step_on_stream(n: int) -> None:
+        for _ in range(n):
+            with profiler.step("s", stream=stream):
+                pass
+
+    raw_us = per_call_us(raw, 5000)
+    row(
+        "host cost of gpuprof.step (CUPTI truth)",
+        f"{per_call_us(step, 5000):.2f} us/step",
+        f"raw event pair {raw_us:.2f} us",
+    )
+    profiler._reset()
+    return raw_us
+
+
+def cupti_cost(cp) -> None:
+    empty = cp.RawKernel(r'extern "C" __global__ void empty() {}', "empty")
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def storm(n: int) -> None:
+        with stream:
+            for _ in range(n):
+                empty((1,), (1,), ())
+        stream.synchronize()
+
+    storm(1000)
+    off = per_call_us(storm, 20000)
+    from pytest_gpuprof import cupti_capture
+
+    capture, status = cupti_capture.start()
+    if capture is None:
+        row("CUPTI tracing cost per kernel launch", status, "")
+        return
+    on = per_call_us(storm, 20000)
+    records, _ = capture.drain()
+    capture.stop()
+    row(
+        "CUPTI tracing cost per kernel launch (empty kernel storm)",
+        f"{on - off:+.2f} us ({on:.2f} on vs {off:.2f} off)",
+        f"{sum(r.kind == 'kernel' for r in records)} kernel records",
+    )
+
+
+def unused_plugin_cost() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_trivial.py").write_text(
+            "import pytest\n\n@pytest.mark.parametrize('i', range(1000))\ndef test_trivial(i):\n    assert i >= 0\n"
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+        def run(*extra: str) -> float:
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
+                    check=True,
+                    capture_output=True,
+                    env=env,
+                )
+                best = min(best, time.perf_counter() - start)
+            return best
+
+        without = run("-p", "no:gpuprof")
+        with_plugin = run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")
+        row(
+            "1,000 trivial tests, plugin loaded vs not (best of 5)",
+            f"{with_plugin:.2f} s ({100 * (with_plugin / without - 1):+.1f}%)",
+            f"{without:.2f} s without",
+        )
+
+
+def accuracy(cp, profiler, workload) -> None:
+    stream = workload.backend.stream()
+    for on_ms, off_ms in ((40, 10), (25, 25), (10, 40), (2, 8)):
+        refs: list[float] = []
+
+        def cycle(on_ms: float = on_ms, off_ms: float = off_ms, refs: list[float] = refs) -> None:
+            start = time.perf_counter_ns()
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(stream)
+            workload.compute(ms=on_ms, stream=stream)
+            b.record(stream)
+            time.sleep(off_ms / 1000)
+            refs.append(cp.cuda.get_elapsed_time(a, b) * 1e6 / (time.perf_counter_ns() - start))
+
+        m = profiler.measure(cycle, rounds=7, warmup=1)
+        ref = statistics.median(refs)
+        row(
+            f"duty cycle {on_ms} ms on / {off_ms} ms off: utilization",
+            f"{100 * m.utilization:.2f}% (spread {100 * m.rounds['utilization'].iqr:.2f} pt IQR)",
+            f"events {100 * ref:.2f}%, nominal {100 * on_ms / (on_ms + off_ms):.1f}%: diff {100 * (m.utilization - ref):+.2f} pt",
+        )
+
+
+def anchors(cp, profiler) -> None:
+    from cupyx.profiler import benchmark
+
+    a = cp.ones((4096, 4096), dtype=cp.float32)
+
+    def kernel() -> None:
+        cp.matmul(a, a)
+
+    m = profiler.measure(kernel, rounds=50, warmup=5)
+    cupyx_ms = statistics.median(benchmark(kernel, n_repeat=50, n_warmup=5).gpu_times[0]) * 1000
+    try:
+        import torch
+        import triton.testing
+
+        ta = torch.ones((4096, 4096), device="cuda")
+        triton_ms = triton.testing.do_bench(lambda: ta @ ta, return_mode="median")
+        triton = f"triton.do_bench (torch) {triton_ms:.3f} ms"
+    except Exception as e:
+        triton = f"triton unavailable: {e}"
+    row(
+        "4096x4096 fp32 matmul: kernel_ms (median of 50)",
+        f"{m.kernel_ms:.3f} ms (IQR {m.rounds['kernel_ms'].iqr:.3f})",
+        f"cupyx.benchmark {cupyx_ms:.3f} ms ({100 * (m.kernel_ms / cupyx_ms - 1):+.2f}%); {triton}",
+    )
+    spread = benchmark(kernel, n_repeat=50, n_warmup=5).gpu_times[0] * 1000
+    q = statistics.quantiles(spread, n=4)
+    row(
+        "  spread of the same kernel (IQR)",
+        f"gpuprof {m.rounds['kernel_ms'].iqr:.4f} ms",
+        f"cupyx {q[2] - q[0]:.4f} ms",
+    )
+
+
+def repeatability(workload) -> None:
+    for strategy in ("single-lock", "two-lock"):
+        runs = [workload.partitions(n=8, strategy=strategy, rounds=1, warmup=1 if i == 0 else 0) for i in range(10)]
+        utils = [100 * r.utilization for r in runs]
+        walls = [r.wall_ms for r in runs]
+        row(
+            f"seed pipeline {strategy}, 10 runs: utilization",
+            f"median {statistics.median(utils):.1f}%, range {max(utils) - min(utils):.2f} pt",
+            f"wall median {statistics.median(walls):.0f} ms, range {max(walls) - min(walls):.0f} ms "
+            f"({100 * (max(walls) - min(walls)) / statistics.median(walls):.1f}%)",
+        )
+
+
+def main() -> None:
+    import cupy as cp
+
+    from pytest_gpuprof.backends.cuda import CudaBackend
+    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.workload import GpuWorkload
+
+    print(f"{'row':<58} {'pytest-gpuprof':<34} reference", flush=True)
+    cupti_cost(cp)  # before any capture is registered in this process
+    unused_plugin_cost()
+    backend = CudaBackend(0, cupti=True)
+    backend.begin()
+    profiler = Profiler(backend)
+    device = GpuDevice(backend, backend.info())
+    workload = GpuWorkload(profiler, device, rounds=1, warmup=0)
+    step_cost(cp, backend, profiler)
+    accuracy(cp, profiler, workload)
+    anchors(cp, profiler)
+    repeatability(workload)
+    workload.close()
+    backend.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""On a real GPU: the plugin's truth against independent references. Skipped without one."""
+
+import gc
+import time
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+GIB = 1 << 30
+
+
+def test_backend_is_cuda_with_cupti_and_nvml(gpuprof, gpu_device):
+    assert gpuprof.backend.name == "cuda"
+    assert gpuprof.backend.truth == "cupti", gpuprof.backend.cupti_status()
+    assert gpu_device.memory_bytes > 0 and gpu_device.name
+    print(f"\n{gpu_device!r}: h2d {gpu_device.h2d_gbps:.1f} GB/s, d2h {gpu_device.d2h_gbps:.1f} GB/s")
+    assert gpu_device.h2d_gbps > 1 and gpu_device.d2h_gbps > 1
+
+
+@pytest.mark.parametrize(("on_ms", "off_ms"), [(20, 20), (30, 10), (10, 30)])
+def test_known_duty_cycle_within_one_point(gpuprof, gpu_workload, on_ms, off_ms):
+    import cupy
+
+    backend = gpuprof.backend
+    stream = backend.stream()
+    references = []
+
+    def duty_cycle():
+        start = time.perf_counter_ns()
+        before = cupy.cuda.Event()
+        after = cupy.cuda.Event()
+        before.record(stream)
+        gpu_workload.compute(ms=on_ms, stream=stream)
+        after.record(stream)
+        time.sleep(off_ms / 1000)
+        after.synchronize()
+        wall = time.perf_counter_ns() - start
+        references.append(cupy.cuda.get_elapsed_time(before, after) * 1e6 / wall)
+
+    m = gpuprof.measure(duty_cycle, rounds=5, warmup=1)
+    reference = sorted(references)[len(references) // 2]
+    print(f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f}, events reference {reference:.4f}")
+    assert m.utilization == pytest.approx(on_ms / (on_ms + off_ms), abs=0.05)  # the kernels' sizing
+    assert m.utilization == pytest.approx(reference, abs=0.01)  # the measurement
+
+
+def largest_gaps_between_steps(timeline, count=4):
+    """Where no step runs in a window: the stretches behind 'unattributed'."""
+    from pytest_gpuprof import intervals as iv
+
+    steps = iv.union((s.start, s.end) for s in timeline.steps)
+    gaps = iv.gaps(steps, (timeline.start, timeline.end))
+    return sorted(((e - s) / 1e6, (s - timeline.start) / 1e6) for s, e in gaps)[-count:]
+
+
+def test_seed_pipeline_reproduces_the_table(gpu_workload):
+    single = gpu_workload.partitions(n=8, strategy="single-lock", rounds=3, warmup=1)
+    print(
+        "\nsingle-lock gaps between steps (ms, at ms):",
+        largest_gaps_between_steps(gpu_workload.profiler.windows[-1].timeline),
+    )
+    two = gpu_workload.partitions(n=8, strategy="two-lock", rounds=3, warmup=1)
+    for name, m in (("single-lock", single), ("two-lock", two)):
+        nvml = m.nvml.util_mean if m.nvml else None
+        print(
+            f"\n{name}: wall {m.wall_ms:.1f} ms, utilization {m.utilization:.3f}, reported {m.reported_utilization:.3f}, "
+            f"nvml {nvml}, idle {m.idle_by_step()}"
+        )
+    assert 0.40 <= single.utilization <= 0.56
+    assert single.reported_utilization >= 0.95
+    assert single.nvml is not None and single.nvml.util_mean >= single.utilization + 0.25
+    assert two.utilization >= 0.80
+    assert single.steps["upload"].idle_ms > 0.5 * single.overhead_ms
+    assert two.wall_ms < 0.75 * single.wall_ms
+    assert not single.steps["upload"].pageable
+    assert single.steps["upload"].gbps > 30
+
+
+def test_pageable_upload_breaches_a_forbid_budget(gpuprof, gpu_workload):
+    gpuprof.measure(lambda: gpu_workload.upload(GIB, pinned=False), rounds=2, warmup=1)
+    with pytest.raises(AssertionError, match=r"upload used pageable host memory \(pageable = \"forbid\"\)"):
+        gpuprof.check(steps={"upload": {"pageable": "forbid"}})
+
+
+def test_pinned_and_pageable_bandwidths(gpuprof, gpu_workload):
+    pinned = gpuprof.measure(lambda: gpu_workload.upload(GIB, pinned=True), rounds=3, warmup=1)
+    pageable = gpuprof.measure(lambda: gpu_workload.upload(GIB, pinned=False), rounds=3, warmup=1)
+    print(f"\npinned {pinned.steps['upload'].gbps:.1f} GB/s, pageable {pageable.steps['upload'].gbps:.1f} GB/s")
+    assert not pinned.steps["upload"].pageable and pageable.steps["upload"].pageable
+    assert pinned.steps["upload"].gbps > 2 * pageable.steps["upload"].gbps
+
+
+def test_library_kernels_are_seen_and_charged_to_their_step(gpuprof, gpu_workload):
+    with gpuprof.step("work"):
+        gpu_workload.compute(ms=5, kind="matmul")
+        gpu_workload.compute(ms=5, kind="fft")
+    m = gpuprof.metrics
+    assert m.kernels >= 2
+    assert m.kernel_ms == pytest.approx(10, rel=0.3)
+    window = gpuprof.whole_test()
+    names = {d.name for d in window.timeline.device if d.kind == "kernel"} if window.timeline else set()
+    assert any("gemm" in n.lower() for n in names), names
+    assert any("fft" in n.lower() or "regular" in n.lower() for n in names), names
+    compute_ids = {s.span_id for s in window.timeline.steps if s.name == "compute"}
+    assert all(d.span_id in compute_ids for d in window.timeline.device if d.kind == "kernel")
+
+
+def test_events_fallback_reports_events_truth(gpu_device):
+    from pytest_gpuprof.backends.cuda import CudaBackend
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.workload import GpuWorkload
+
+    backend = CudaBackend(gpu_device.info.index, cupti=False)
+    try:
+        profiler = Profiler(backend, rounds=3, warmup=1)
+        workload = GpuWorkload(profiler, gpu_device, rounds=3, warmup=1)
+        m = workload.partitions(n=8, strategy="single-lock")
+        workload.close()
+    finally:
+        backend.close()
+    print(f"\nevents truth: utilization {m.utilization:.3f}, notes {m.notes}")
+    assert m.truth == "events"
+    assert backend.cupti_status() == "off (--gpu-no-cupti)"
+    assert 0.35 <= m.utilization <= 0.60
+    assert any("events" in note for note in m.notes)
+
+
+def test_memory_is_released_after_an_error_in_a_step(gpuprof, gpu_workload):
+    backend = gpuprof.backend
+    before = backend.memory_in_use()
+
+    def failing():
+        with gpuprof.step("prepare"):
+            buffer = gpu_workload.alloc(GIB)
+            assert buffer.nbytes == GIB
+            raise RuntimeError("bad partition")
+
+    with pytest.raises(RuntimeError, match="bad partition"):
+        failing()
+    gc.collect()
+    assert backend.memory_in_use() == before
+
+
+def test_session_header_and_no_cupti_option(pytester, plugin_args):
+    pytester.makepyfile(
+        """
+        def test_pipeline(gpu_workload):
+            m = gpu_workload.partitions(n=4, upload_bytes=1 << 28, rounds=1, warmup=1)
+            assert m.truth == "events"
+        """
+    )
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-no-cupti", "--gpu-report=r.json")
+    result.stdout.fnmatch_lines(
+        [
+            "gpuprof: backend cuda (CUDA device 0 is visible)",
+            "gpuprof: device 0 *, * GiB, driver *, PCIe *",
+            "gpuprof: truth events; CUPTI off (--gpu-no-cupti); NVML live",
+        ]
+    )
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess(*plugin_args, "-k", "nothing")
+    result.stdout.fnmatch_lines(["gpuprof: truth cupti; CUPTI live; NVML live"])
