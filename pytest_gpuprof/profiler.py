@@ -198,7 +198,8 @@ class Profiler:
             end = max(s.end for s in spans)
             launched = {s.span_id for s in spans}
             tail = [d.end for d in self._device if d.span_id in launched or start <= d.start < end]
-        return Window("test", metrics_mod.compute(self._timeline(start, max([end, *tail]))))
+        timeline = self._timeline(start, max([end, *tail]))
+        return Window("test", metrics_mod.compute(timeline), timeline)
 
     @property
     def metrics(self) -> Metrics | None:

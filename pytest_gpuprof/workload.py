@@ -92,10 +92,12 @@ class GpuWorkload:
         """``n`` partitions over ``workers`` threads; each partition is a ``region``.
 
         ``single-lock`` holds one lock over the prestage (alloc, upload, device
-        synchronize, pool trim) and the kernels. ``two-lock`` prestages under a memory
-        lock (no device-wide synchronize: it would wait for the other worker's kernels)
-        and computes under a compute lock, the compute stream waiting for the upload's
-        event on the device. Measured as its own window, ``rounds`` times after
+        synchronize, pool trim) and the kernels. ``two-lock`` prestages (alloc, upload)
+        under a memory lock and computes under a compute lock, the compute stream
+        waiting for the upload's event on the device. It neither synchronizes the device
+        nor trims the pool between partitions: both wait for the other worker's kernels
+        (a pool trim frees with ``cudaFree``, which synchronizes the device); the pool is
+        trimmed once, when the test ends. Measured as its own window, ``rounds`` times after
         ``warmup``, unless called inside ``gpuprof.measure``.
         """
         if strategy not in STRATEGIES:
@@ -146,7 +148,6 @@ class GpuWorkload:
         copy_stream, compute_stream = self._stream(worker, "copy"), self._stream(worker, "compute")
         with self.profiler.region("partition"):
             with memory_lock:
-                self.trim()
                 buffer = self.alloc(nbytes)
                 self.upload(nbytes, pinned, stream=copy_stream, out=buffer)
                 uploaded = self.backend.record(copy_stream)
@@ -156,10 +157,11 @@ class GpuWorkload:
             del buffer
 
     def close(self) -> None:
-        """Wait for and release this workload's streams (at the end of each test)."""
+        """Wait for and release this workload's streams and pooled memory (at the end of each test)."""
         for stream in self._streams.values():
             self.backend.close_stream(stream)
         self._streams.clear()
+        self.backend.trim()
 
 
 def _run_workers(n: int, workers: int, partition: Callable[[int], None]) -> None:

@@ -40,7 +40,15 @@ def test_known_duty_cycle_within_one_point(gpuprof, gpu_workload, on_ms, off_ms)
 
     m = gpuprof.measure(duty_cycle, rounds=5, warmup=1)
     reference = sorted(references)[len(references) // 2]
-    print(f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f}, events reference {reference:.4f}")
+    timeline = gpuprof.windows[-1].timeline
+    (step,) = [s for s in timeline.steps if s.name == "compute"]
+    kernels = [d for d in timeline.device if d.kind == "kernel"]
+    first, last = min(k.start for k in kernels), max(k.end for k in kernels)
+    print(
+        f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f}, events reference {reference:.4f}; "
+        f"step start to first kernel {(first - step.start) / 1e3:.0f} us, last kernel to step end "
+        f"{(step.end - last) / 1e3:.0f} us, {len(kernels)} kernels, other device work {[d.name for d in timeline.device if d.kind != 'kernel']}"
+    )
     assert m.utilization == pytest.approx(on_ms / (on_ms + off_ms), abs=0.05)  # the kernels' sizing
     assert m.utilization == pytest.approx(reference, abs=0.01)  # the measurement
 
