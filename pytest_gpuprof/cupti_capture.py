@@ -46,7 +46,9 @@ class CuptiCapture:
         self.dropped = 0
         self.offset_ns = self._clock_offset()
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-        self._enabled = [self._kernel, self._memcpy, self._memset, self._external]
+        # External correlation records are only made for API calls that are traced, so
+        # runtime and driver API tracing is on too; those records are skipped unread.
+        self._enabled = [self._kernel, self._memcpy, self._memset, self._external, kinds.RUNTIME, kinds.DRIVER]
         for kind in self._enabled:
             cupti.activity_enable(kind)
 

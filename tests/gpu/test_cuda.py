@@ -18,20 +18,22 @@ def test_backend_is_cuda_with_cupti_and_nvml(gpuprof, gpu_device):
     assert gpu_device.h2d_gbps > 1 and gpu_device.d2h_gbps > 1
 
 
-@pytest.mark.parametrize(("on_ms", "off_ms"), [(20, 20), (30, 10), (10, 30)])
+@pytest.mark.parametrize(("on_ms", "off_ms"), [(60, 40), (80, 20), (20, 80)])
 def test_known_duty_cycle_within_one_point(gpuprof, gpu_workload, on_ms, off_ms):
+    # matmul: one cuBLAS kernel a launch, so the stream has no gaps inside the "on" part
     import cupy
 
-    backend = gpuprof.backend
-    stream = backend.stream()
-    references = []
+    stream = gpuprof.backend.stream()
+    references, launches = [], []
 
     def duty_cycle():
         start = time.perf_counter_ns()
-        before = cupy.cuda.Event()
-        after = cupy.cuda.Event()
+        before, after = cupy.cuda.Event(), cupy.cuda.Event()
         before.record(stream)
-        gpu_workload.compute(ms=on_ms, stream=stream)
+        with gpuprof.step("compute"):
+            gpuprof.backend.compute(on_ms, kind="matmul", stream=stream)
+            launches.append((time.perf_counter_ns() - start) / 1e3)
+            stream.synchronize()
         after.record(stream)
         time.sleep(off_ms / 1000)
         after.synchronize()
@@ -42,15 +44,16 @@ def test_known_duty_cycle_within_one_point(gpuprof, gpu_workload, on_ms, off_ms)
     reference = sorted(references)[len(references) // 2]
     timeline = gpuprof.windows[-1].timeline
     (step,) = [s for s in timeline.steps if s.name == "compute"]
-    kernels = [d for d in timeline.device if d.kind == "kernel"]
-    first, last = min(k.start for k in kernels), max(k.end for k in kernels)
+    kernels = sorted((d for d in timeline.device if d.kind == "kernel"), key=lambda d: d.start)
+    gaps = [(b.start - a.end) / 1e3 for a, b in zip(kernels, kernels[1:])]
     print(
-        f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f}, events reference {reference:.4f}; "
-        f"step start to first kernel {(first - step.start) / 1e3:.0f} us, last kernel to step end "
-        f"{(step.end - last) / 1e3:.0f} us, {len(kernels)} kernels, other device work {[d.name for d in timeline.device if d.kind != 'kernel']}"
+        f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f} (nominal {on_ms / (on_ms + off_ms):.4f}), "
+        f"events {reference:.4f}; wall {m.wall_ms:.2f} ms, kernels {m.kernel_ms:.2f} ms in {len(kernels)}; "
+        f"step start to first kernel {(kernels[0].start - step.start) / 1e3:.0f} us, launching took {launches[-1]:.0f} us, "
+        f"largest gap between kernels {max(gaps, default=0):.1f} us, last kernel to step end {(step.end - kernels[-1].end) / 1e3:.0f} us"
     )
-    assert m.utilization == pytest.approx(on_ms / (on_ms + off_ms), abs=0.05)  # the kernels' sizing
-    assert m.utilization == pytest.approx(reference, abs=0.01)  # the measurement
+    assert m.utilization == pytest.approx(reference, abs=0.01)
+    assert m.utilization == pytest.approx(on_ms / (on_ms + off_ms), abs=0.01)
 
 
 def largest_gaps_between_steps(timeline, count=4):
@@ -111,7 +114,8 @@ def test_library_kernels_are_seen_and_charged_to_their_step(gpuprof, gpu_workloa
     assert any("gemm" in n.lower() for n in names), names
     assert any("fft" in n.lower() or "regular" in n.lower() for n in names), names
     compute_ids = {s.span_id for s in window.timeline.steps if s.name == "compute"}
-    assert all(d.span_id in compute_ids for d in window.timeline.device if d.kind == "kernel")
+    strays = [(d.name[:40], d.span_id) for d in window.timeline.device if d.span_id not in compute_ids]
+    assert not strays, (strays, [(s.name, s.span_id) for s in window.timeline.steps])
 
 
 def test_events_fallback_reports_events_truth(gpu_device):
