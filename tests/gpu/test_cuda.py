@@ -1,6 +1,7 @@
 """On a real GPU: the plugin's truth against independent references. Skipped without one."""
 
 import gc
+import itertools
 import time
 
 import pytest
@@ -45,7 +46,7 @@ def test_known_duty_cycle_within_one_point(gpuprof, gpu_workload, on_ms, off_ms)
     timeline = gpuprof.windows[-1].timeline
     (step,) = [s for s in timeline.steps if s.name == "compute"]
     kernels = sorted((d for d in timeline.device if d.kind == "kernel"), key=lambda d: d.start)
-    gaps = [(b.start - a.end) / 1e3 for a, b in zip(kernels, kernels[1:])]
+    gaps = [(b.start - a.end) / 1e3 for a, b in itertools.pairwise(kernels)]
     print(
         f"\nduty {on_ms}/{off_ms}: utilization {m.utilization:.4f} (nominal {on_ms / (on_ms + off_ms):.4f}), "
         f"events {reference:.4f}; wall {m.wall_ms:.2f} ms, kernels {m.kernel_ms:.2f} ms in {len(kernels)}; "
