@@ -185,6 +185,47 @@ def anchors(cp, profiler) -> None:
     )
 
 
+def first_kernel_latency(cp, backend, profiler) -> None:
+    """How long after the launch a kernel starts, with the device busy or idle before."""
+    stream = backend.stream()
+    a = cp.ones((4096, 4096), dtype=cp.float32)
+    out = cp.empty_like(a)
+    results = {}
+    for label, before in (
+        ("busy", lambda: None),
+        ("idle 20 ms, host sleeping", lambda: time.sleep(0.02)),
+        ("idle 20 ms, host spinning", lambda: _spin(0.02)),
+    ):
+        delays = []
+        for _ in range(7):
+            before()
+            with profiler.window("latency") as done:
+                with profiler.step("launch"):
+                    with stream:
+                        cp.matmul(a, a, out=out)
+                    stream.synchronize()
+            timeline = done[0].timeline
+            (step,) = timeline.steps
+            first = min(d.start for d in timeline.device if d.kind == "kernel")
+            delays.append((first - step.start) / 1000)
+            if label == "busy":
+                with stream:
+                    for _ in range(4):
+                        cp.matmul(a, a, out=out)
+        results[label] = statistics.median(delays)
+    row(
+        "step start to first kernel start (one 4096^2 matmul)",
+        ", ".join(f"{k}: {v:.0f} us" for k, v in results.items()),
+        "median of 7",
+    )
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def repeatability(workload) -> None:
     for strategy in ("single-lock", "two-lock"):
         runs = [workload.partitions(n=8, strategy=strategy, rounds=1, warmup=1 if i == 0 else 0) for i in range(10)]
@@ -215,6 +256,7 @@ def main() -> None:
     device = GpuDevice(backend, backend.info())
     workload = GpuWorkload(profiler, device, rounds=1, warmup=0)
     step_cost(cp, backend, profiler)
+    first_kernel_latency(cp, backend, profiler)
     accuracy(cp, profiler, workload)
     anchors(cp, profiler)
     repeatability(workload)

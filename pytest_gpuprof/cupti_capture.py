@@ -1,8 +1,10 @@
 """CUPTI activity capture through ``cupti-python``: what the device did, in the host clock.
 
-Kernel, memcpy and memset records are kept between ``drain`` calls; each host step pushes
-its span id as an external correlation id, so a record names the step that launched it,
-whatever library (cuBLAS, cuFFT, CuPy) made the launch.
+Kernel, memcpy and memset records are kept between ``drain`` calls, whatever library
+(cuBLAS, cuFFT, CuPy) launched the work. Records carry their CUPTI stream id, by which a
+copy is matched to the step that ran on its stream (``stream_id``). Runtime and driver
+API records, which would name the launching thread, are not traced: cupti-python turns
+every record into a Python object, and API tracing costs ~100 us a launch that way.
 """
 
 from __future__ import annotations
@@ -36,19 +38,14 @@ class CuptiCapture:
         self._cupti = cupti
         kinds = cupti.ActivityKind
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
-        self._external = kinds.EXTERNAL_CORRELATION
         self._pageable = int(cupti.ActivityMemoryKind.PAGEABLE)
-        self._custom = cupti.ExternalCorrelationKind.CUSTOM0
         self._copy_names = {int(k): k.name for k in cupti.ActivityMemcpyKind}
         self._lock = threading.Lock()
         self._records: list[tuple[Any, ...]] = []
-        self._external_ids: dict[int, int] = {}
         self.dropped = 0
         self.offset_ns = self._clock_offset()
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-        # External correlation records are only made for API calls that are traced, so
-        # runtime and driver API tracing is on too; those records are skipped unread.
-        self._enabled = [self._kernel, self._memcpy, self._memset, self._external, kinds.RUNTIME, kinds.DRIVER]
+        self._enabled = [self._kernel, self._memcpy, self._memset]
         for kind in self._enabled:
             cupti.activity_enable(kind)
 
@@ -68,40 +65,32 @@ class CuptiCapture:
     def _buffer_completed(self, activities: list[Any]) -> None:
         # Records are only valid inside this callback: copy the fields out now.
         kept: list[tuple[Any, ...]] = []
-        external: dict[int, int] = {}
         for a in activities:
             kind = a.kind
             if kind == self._kernel:
-                kept.append(("kernel", a.start, a.end, a.stream_id, a.name, 0, False, a.correlation_id))
+                kept.append(("kernel", a.start, a.end, a.stream_id, a.name, 0, False))
             elif kind == self._memcpy:
                 pageable = int(a.src_kind) == self._pageable or int(a.dst_kind) == self._pageable
                 name = self._copy_names.get(int(a.copy_kind), "copy")
-                kept.append(("memcpy", a.start, a.end, a.stream_id, name, a.bytes, pageable, a.correlation_id))
+                kept.append(("memcpy", a.start, a.end, a.stream_id, name, a.bytes, pageable))
             elif kind == self._memset:
-                kept.append(("memset", a.start, a.end, a.stream_id, "memset", a.bytes, False, a.correlation_id))
-            elif kind == self._external:
-                external[a.correlation_id] = a.external_id
+                kept.append(("memset", a.start, a.end, a.stream_id, "memset", a.bytes, False))
         with self._lock:
             self._records.extend(kept)
-            self._external_ids.update(external)
 
-    def push(self, span_id: int) -> None:
-        self._cupti.activity_push_external_correlation_id(self._custom, span_id)
-
-    def pop(self) -> None:
-        self._cupti.activity_pop_external_correlation_id(self._custom)
+    def stream_id(self, context: int, stream: int) -> int:
+        """CUPTI's id of a CUDA stream handle, as activity records name it."""
+        return int(self._cupti.get_stream_id_ex(context, stream, 0))
 
     def drain(self) -> tuple[list[DeviceInterval], list[str]]:
         """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
         self._cupti.activity_flush_all(1)
         with self._lock:
             records, self._records = self._records, []
-            # A launch's correlation record can arrive a flush before its kernel's: keep them.
-            external = dict(self._external_ids)
         offset = self.offset_ns
         out = [
-            DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable, external.get(corr))
-            for kind, start, end, stream, name, nbytes, pageable, corr in records
+            DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable)
+            for kind, start, end, stream, name, nbytes, pageable in records
         ]
         notes = []
         dropped = self._dropped()
@@ -125,7 +114,6 @@ class CuptiCapture:
         self._cupti.activity_flush_all(1)
         with self._lock:
             self._records.clear()
-            self._external_ids.clear()
 
     def stop(self) -> None:
         self._cupti.activity_flush_all(1)

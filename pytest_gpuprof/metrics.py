@@ -237,10 +237,7 @@ def _step_metrics(
     charged: Mapping[str, float],
     window: iv.Interval,
 ) -> dict[str, StepMetrics]:
-    copies_by_span: dict[int, list[DeviceInterval]] = defaultdict(list)
-    for d in device:
-        if d.kind == "memcpy" and d.span_id is not None:
-            copies_by_span[d.span_id].append(d)
+    copies_by_span = _copies_by_span(steps, device)
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in steps:
         if iv.clip([(span.start, span.end)], window) or span.start == span.end:
@@ -269,6 +266,26 @@ def _step_metrics(
             gbps=gbps,
             pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
         )
+    return out
+
+
+def _copies_by_span(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:
+    """Each copy under the step that launched it: by tag where the backend tagged it, else
+    the innermost step on the copy's stream that was open when the copy started."""
+    out: dict[int, list[DeviceInterval]] = defaultdict(list)
+    on_stream: dict[int, list[Span]] = defaultdict(list)
+    for span in steps:
+        if span.stream is not None:
+            on_stream[span.stream].append(span)
+    for d in device:
+        if d.kind != "memcpy":
+            continue
+        if d.span_id is not None:
+            out[d.span_id].append(d)
+            continue
+        open_then = [s for s in on_stream.get(d.stream, ()) if s.start <= d.start <= s.end]
+        if open_then:
+            out[max(open_then, key=lambda s: (s.depth, s.start)).span_id].append(d)
     return out
 
 

@@ -26,13 +26,15 @@ class Span:
     span_id: int = 0
     bytes: int | None = None
     pageable: bool = False
+    stream: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceInterval:
     """Something the device did: a kernel, a copy or a memset, on one stream.
 
-    ``span_id`` names the host step that launched it, where the backend knows it.
+    ``span_id`` names the host step that launched it, where the backend knows it; else a
+    copy belongs to the step that ran on its ``stream`` when the copy started.
     """
 
     kind: DeviceKind

@@ -251,6 +251,7 @@ class _SpanScope:
         "_span_id",
         "_start",
         "_stream",
+        "_stream_id",
         "_token",
     )
 
@@ -269,9 +270,9 @@ class _SpanScope:
         self._depth = push_span(span_id)
         profiler = self._profiler
         is_step = self._into is profiler._steps
-        self._token = (
-            profiler.backend.open_span(span_id, self._stream, copy=self._bytes is not None) if is_step else None
-        )
+        backend = profiler.backend
+        self._token = backend.open_span(span_id, self._stream, copy=self._bytes is not None) if is_step else None
+        self._stream_id = backend.stream_id(self._stream) if self._stream is not None else None
         self._start = time.perf_counter_ns()
 
     def __exit__(self, *exc: object) -> None:
@@ -290,5 +291,6 @@ class _SpanScope:
                 self._span_id,
                 self._bytes,
                 self._pageable,
+                self._stream_id,
             )
         )

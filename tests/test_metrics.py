@@ -172,3 +172,20 @@ def test_aggregate_takes_per_metric_medians_and_keeps_the_samples():
     assert m.rounds["wall_ms"].iqr == pytest.approx(5.0)
     assert m.steps["compute"].host_ms == 10
     assert m.get("steps.compute.idle_ms") == pytest.approx(5.0)
+
+
+def test_copies_without_a_tag_belong_to_the_step_open_on_their_stream():
+    steps = (
+        Span("upload", 1, 0, 30 * MS, span_id=1, stream=5),
+        Span("upload", 2, 0, 30 * MS, span_id=2, stream=6),
+        Span("compute", 1, 30 * MS, 60 * MS, span_id=3, stream=7),
+    )
+    device = (
+        DeviceInterval("memcpy", 1 * MS, 21 * MS, stream=5, bytes=1_000_000_000),
+        DeviceInterval("memcpy", 2 * MS, 12 * MS, stream=6, bytes=1_000_000_000),
+        DeviceInterval("memcpy", 40 * MS, 50 * MS, stream=9, bytes=7),  # no step on stream 9
+    )
+    m = metrics.compute(Timeline(0, 60 * MS, "cupti", steps, (), device))
+    assert m.steps["upload"].bytes == 2_000_000_000
+    assert m.steps["upload"].gbps == pytest.approx(2e9 / 20e6)  # union of the two copies: 20 ms
+    assert m.steps["compute"].bytes == 0

@@ -95,6 +95,7 @@ class CudaBackend:
         self._units: dict[str, tuple[Kernel, Kernel]] = {}
         self._edges: list[tuple[_EdgeEvents, Any]] = []
         self._anchor: tuple[Any, int] | None = None
+        self._stream_ids: dict[int, int] = {}
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
         if cupti:
@@ -263,20 +264,25 @@ class CudaBackend:
 
     # device truth
     def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
-        if self._cupti is not None:
-            self._cupti.push(span_id)
-            return span_id
-        if stream is None:
-            return None
+        if self._cupti is not None or stream is None:
+            return None  # CUPTI sees the device work itself
         return _EdgeEvents(span_id, stream, self.record(stream), "memcpy" if copy else "kernel")
 
     def close_span(self, token: Any) -> None:
-        if self._cupti is not None:
-            self._cupti.pop()
-            return
         end = self.record(token.stream)
         with self._lock:
             self._edges.append((token, end))
+
+    def stream_id(self, stream: Any) -> int | None:
+        if self._cupti is None:
+            return None
+        ptr = int(stream.ptr)
+        cached = self._stream_ids.get(ptr)
+        if cached is None:
+            with self._device:
+                context = int(self._cp.cuda.driver.ctxGetCurrent())
+            cached = self._stream_ids[ptr] = self._cupti.stream_id(context, ptr)
+        return cached
 
     def begin(self) -> None:
         self.synchronize()

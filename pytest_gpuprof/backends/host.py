@@ -156,6 +156,9 @@ class HostBackend:
     def close_span(self, token: None) -> None:
         return None
 
+    def stream_id(self, stream: HostStream) -> int:
+        return stream.index
+
     def close_stream(self, stream: HostStream) -> None:
         self.synchronize(stream)
         stream.close()
