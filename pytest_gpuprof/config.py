@@ -10,9 +10,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.compare import Threshold
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +43,11 @@ class Settings:
     nvml: bool = True
     nvml_interval_ms: float = 20.0
     pyproject: Path | None = None
+    save: str | None = None
+    compare: str | bool | None = None
+    compare_fail: tuple[Threshold, ...] = ()
+    compare_any_machine: bool = False
+    storage: Path = Path(".gpuprof")
 
 
 _FILE_KEYS: dict[str, tuple[Any, float, float]] = {

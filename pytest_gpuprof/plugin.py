@@ -46,6 +46,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
     group.addoption("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
     group.addoption("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
+    group.addoption("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
+    group.addoption(
+        "--gpu-compare",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="NAME|PATH",
+        help="compare with the newest (or named) baseline of this machine",
+    )
+    group.addoption(
+        "--gpu-compare-fail",
+        action="append",
+        default=None,
+        metavar="EXPR[,EXPR...]",
+        help="fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%%",
+    )
+    group.addoption(
+        "--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id"
+    )
+    group.addoption("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
     group.addoption("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
     group.addoption("--gpu-no-nvml", action="store_true", help="do not sample NVML")
     group.addoption(
@@ -71,6 +91,15 @@ def _settings(config: pytest.Config) -> Settings:
         return value if value is not None else file_settings.get(key, default)
 
     report = opt("--gpu-report")
+    thresholds: tuple[Any, ...] = ()
+    if opt("--gpu-compare-fail"):
+        from pytest_gpuprof.compare import CompareError, parse_thresholds
+
+        try:
+            thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
+        except CompareError as e:
+            raise ConfigError(f"--gpu-compare-fail: {e}") from None
+    compare = opt("--gpu-compare")
     return Settings(
         backend=pick("--gpu-backend", "backend", "auto"),
         device=pick("--gpu-device", "device", 0),
@@ -83,6 +112,11 @@ def _settings(config: pytest.Config) -> Settings:
         nvml=not opt("--gpu-no-nvml"),
         nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
         pyproject=pyproject,
+        save=opt("--gpu-save"),
+        compare=compare if compare is not None else (True if thresholds else None),
+        compare_fail=thresholds,
+        compare_any_machine=opt("--gpu-compare-any-machine"),
+        storage=Path(opt("--gpu-storage")),
     )
 
 
@@ -151,10 +185,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return result
     session = item.config.stash[SESSION]
     message = session.verdict(item.nodeid, profiler)
-    if message is not None:
-        if session.settings.enforce:
-            pytest.fail(message, pytrace=False)
+    record = session.records.get(item.nodeid)
+    if record is not None:
+        item.user_properties.extend(record.properties())
+    regression = session.regression(item.nodeid)
+    failures = [m for m in (message if session.settings.enforce else None, regression) if m]
+    if message is not None and not session.settings.enforce:
         warnings.warn(GpuBudgetWarning(message), stacklevel=1)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
     return result
 
 

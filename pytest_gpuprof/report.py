@@ -38,6 +38,21 @@ class GpuRecord:
             return f"xfail: breach {keys}"
         return f"{'FAIL' if self.enforced else 'warn'}: breach {keys}"
 
+    def properties(self) -> list[tuple[str, object]]:
+        """The headline figures as JUnit XML properties (``record_property``)."""
+        m = self.metrics
+        figures: list[tuple[str, object]] = [
+            ("gpuprof.truth", m.truth),
+            ("gpuprof.wall_ms", round(m.wall_ms, 3)),
+            ("gpuprof.kernel_ms", round(m.kernel_ms, 3)),
+            ("gpuprof.utilization", round(m.utilization, 4)),
+            ("gpuprof.overhead_ms", round(m.overhead_ms, 3)),
+        ]
+        if m.reported_utilization is not None:
+            figures.append(("gpuprof.reported_utilization", round(m.reported_utilization, 4)))
+        figures.append(("gpuprof.verdict", self.verdict))
+        return figures
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
@@ -141,3 +156,23 @@ def breach_details(records: list[GpuRecord]) -> list[str]:
             )
             lines.extend(f"  {line}" for line in explain(r.metrics))
     return lines
+
+
+def markdown_summary(records: list[GpuRecord], machine: dict[str, Any], compare: list[str]) -> str:
+    """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``."""
+    lines = [
+        f"### GPU utilization ({machine.get('gpu')}, backend {machine.get('backend')}, truth {machine.get('truth')})",
+        "",
+        "| test | wall ms | utilization | reported | overhead ms | verdict |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in records:
+        m = r.metrics
+        name = r.nodeid.replace("|", "\\|")
+        lines.append(
+            f"| `{name}` | {m.wall_ms:.1f} | {_pct(m.utilization)} | {_pct(m.reported_utilization)} "
+            f"| {m.overhead_ms:.1f} | {r.verdict} |"
+        )
+    if compare:
+        lines += ["", "```", *compare, "```"]
+    return "\n".join(lines) + "\n\n"

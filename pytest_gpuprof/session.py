@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -13,10 +15,15 @@ from pytest_gpuprof.budget import Budget, failure_message
 from pytest_gpuprof.config import Settings
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.compare import Change
     from pytest_gpuprof.device import GpuDevice
     from pytest_gpuprof.nvml import NvmlSampler
     from pytest_gpuprof.profiler import Profiler, Window
     from pytest_gpuprof.report import GpuRecord
+
+
+# Without --gpu-compare-fail a comparison still reports these changes, failing nothing.
+REPORT_ONLY = "utilization:-2pt,wall_ms:+10%"
 
 
 class GpuSession:
@@ -29,6 +36,10 @@ class GpuSession:
             raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
         self.records: dict[str, GpuRecord] = {}
         self.outcomes: dict[str, tuple[str, bool]] = {}
+        self.changes: dict[str, list[Change]] = {}
+        self.baseline: dict[str, Any] | None = None
+        self.baseline_path: Path | None = None
+        self.saved: Path | None = None
         self._backend: backends.Backend | None = None
 
     @property
@@ -126,6 +137,50 @@ class GpuSession:
             windows=len(windows),
         )
 
+    # baselines
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.settings.compare is None:
+            return
+        from pytest_gpuprof import storage
+
+        wanted = self.settings.compare if isinstance(self.settings.compare, str) else None
+        machine = self.machine()
+        try:
+            path = storage.find(self.settings.storage, machine["id"], wanted)
+            baseline = storage.load(path)
+        except storage.BaselineError as e:
+            raise pytest.UsageError(f"pytest-gpuprof: --gpu-compare: {e}") from None
+        theirs = baseline["machine"]
+        if theirs["id"] != machine["id"] and not self.settings.compare_any_machine:
+            raise pytest.UsageError(
+                f"pytest-gpuprof: --gpu-compare: {path} was measured on machine {theirs['id']} "
+                f"({theirs.get('gpu')}, driver {theirs.get('driver')}, PCIe {theirs.get('pcie')}, "
+                f"{theirs.get('backend')}); this is {machine['id']} ({machine['gpu']}, driver {machine['driver']}, "
+                f"PCIe {machine['pcie']}, {machine['backend']}). Pass --gpu-compare-any-machine to compare anyway"
+            )
+        self.baseline, self.baseline_path = baseline, path
+
+    def regression(self, nodeid: str) -> str | None:
+        """Compare this test with the baseline; the failure message when it clearly regressed
+        and ``--gpu-compare-fail`` was given."""
+        record = self.records.get(nodeid)
+        if self.baseline is None or record is None:
+            return None
+        from pytest_gpuprof.compare import compare_tests, parse_thresholds
+
+        base = next((t for t in self.baseline["tests"] if t.get("nodeid") == nodeid), None)
+        if base is None:
+            return None  # a new test: nothing to compare with
+        thresholds = self.settings.compare_fail or parse_thresholds(REPORT_ONLY)
+        changes = compare_tests(thresholds, base, record.to_dict())
+        self.changes[nodeid] = changes
+        regressed = [c for c in changes if c.verdict == "regression"]
+        if not regressed or not self.settings.compare_fail:
+            return None
+        lines = [f"GPU regression against baseline {self.baseline_path}:"]
+        lines += [f"  {c.describe()}" for c in regressed]
+        return "\n".join(lines)
+
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work; record it if the call did not."""
         try:
@@ -165,20 +220,53 @@ class GpuSession:
             tr.write_line("budget breaches and where the time went:")
             for line in details:
                 tr.write_line(line)
+        if self.baseline is not None:
+            tr.write_line("")
+            tr.write_line(f"compared with baseline {self.baseline_path}:")
+            for line in self.compare_lines(records):
+                tr.write_line(f"  {line}")
         if self.settings.report is not None:
             tr.write_line(f"gpuprof: JSON report written to {self.settings.report}")
+        if self.saved is not None:
+            tr.write_line(f"gpuprof: baseline saved as {self.saved}")
 
     def machine(self) -> dict[str, Any]:
         from pytest_gpuprof.report import machine_record
 
         return machine_record(self.device.to_dict(), self.truth)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.settings.report is None:
-            return
-        from pytest_gpuprof.report import build_report, write_json
+    def compare_lines(self, records: list[GpuRecord]) -> list[str]:
+        known = {t.get("nodeid") for t in self.baseline["tests"]} if self.baseline else set()
+        lines = []
+        for record in records:
+            changes = self.changes.get(record.nodeid)
+            if record.nodeid not in known:
+                lines.append(f"{record.nodeid}: new (not in the baseline)")
+            elif changes:
+                notable = [c for c in changes if c.verdict != "unchanged"]
+                verdict = ", ".join(sorted({c.verdict for c in notable})) or "unchanged"
+                lines.append(f"{record.nodeid}: {verdict}")
+                lines.extend(f"    {c.describe()}" for c in notable)
+        return lines
 
-        write_json(self.settings.report, build_report(self.finished(), self.machine()))
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        s = self.settings
+        if s.report is None and s.save is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
+            return
+        records = self.finished()
+        from pytest_gpuprof.report import build_report, markdown_summary, write_json
+
+        report = build_report(records, self.machine())
+        if s.report is not None:
+            write_json(s.report, report)
+        if s.save is not None:
+            from pytest_gpuprof import storage
+
+            self.saved = storage.save(report, s.storage, s.save)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary and records:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(markdown_summary(records, report["machine"], self.compare_lines(records)))
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:

@@ -1,0 +1,99 @@
+"""Baselines on disk: ``<storage>/<machine-id>/NNNN_NAME.json``, written atomically.
+
+Two processes saving at once each get their own number: a file is written under a
+temporary name and then hard-linked to its final name, which fails rather than
+overwrites when the name is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuprof.report import SCHEMA
+
+_NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
+
+
+class BaselineError(ValueError):
+    """A baseline that cannot be used, with the file and the reason."""
+
+
+def save(report: dict[str, Any], storage: Path, name: str) -> Path:
+    if not re.fullmatch(r"[\w.\-]+", name):
+        raise BaselineError(f"--gpu-save={name!r}: use letters, digits, '.', '_' and '-' only")
+    folder = Path(storage) / report["machine"]["id"]
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".save.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        for _ in range(1000):
+            target = folder / f"{_next_number(folder):04d}_{name}.json"
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                continue  # another process took this number between our look and our link
+            return target
+        raise BaselineError(f"{folder}: could not find a free baseline number")
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _next_number(folder: Path) -> int:
+    numbers = [int(m[1]) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))]
+    return max(numbers, default=0) + 1
+
+
+def baselines(storage: Path, machine_id: str) -> list[Path]:
+    folder = Path(storage) / machine_id
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
+
+
+def find(storage: Path, machine_id: str, wanted: str | None) -> Path:
+    """The newest baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
+    if wanted and (wanted.endswith(".json") or os.sep in wanted) and Path(wanted).is_file():
+        return Path(wanted)
+    candidates = baselines(storage, machine_id)
+    if wanted:
+        candidates = [p for p in candidates if _NUMBERED.match(p.name)[2] == wanted or p.stem == wanted]  # type: ignore[index]
+    if not candidates:
+        others = sorted(p.name for p in Path(storage).iterdir()) if Path(storage).is_dir() else []
+        what = f"named {wanted!r} " if wanted else ""
+        hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
+        raise BaselineError(f"no baseline {what}for machine {machine_id} under {storage}{hint}")
+    return candidates[-1]
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A report from disk, checked enough that comparing it cannot crash."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BaselineError(f"{path}: corrupt or truncated JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise BaselineError(f"{path}: not a gpuprof report (top level is {type(data).__name__})")
+    schema = data.get("schema")
+    if not isinstance(schema, int):
+        raise BaselineError(f"{path}: not a gpuprof report (no schema number)")
+    if schema > SCHEMA:
+        raise BaselineError(f"{path}: schema {schema} is newer than this pytest-gpuprof reads ({SCHEMA}); upgrade it")
+    machine, tests = data.get("machine"), data.get("tests")
+    if not isinstance(machine, dict) or not isinstance(machine.get("id"), str):
+        raise BaselineError(f"{path}: no machine id")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("nodeid"), str) for t in tests):
+        raise BaselineError(f"{path}: 'tests' must be a list of tests with a nodeid")
+    return data

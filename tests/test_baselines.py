@@ -1,0 +1,136 @@
+"""Regression gates end to end: save a baseline, slow a test down, compare."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+SUITE = """
+import os, time
+
+def run(gpuprof, gpu_workload, idle_ms):
+    def body():
+        gpu_workload.compute(ms=5)
+        with gpuprof.step("prepare"):
+            time.sleep(idle_ms / 1000)
+    return gpuprof.measure(body, rounds=5, warmup=1)
+
+def test_steady(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 5)
+
+def test_slowed(gpuprof, gpu_workload):
+    # the injected slowdown: 5 ms of host idle more than the baseline, deterministically
+    run(gpuprof, gpu_workload, 10 if os.environ.get("GPUPROF_SLOW") else 5)
+"""
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    monkeypatch.delenv("GPUPROF_SLOW", raising=False)
+    pytester.makepyfile(SUITE)
+    return pytester
+
+
+def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatch):
+    result = suite.runpytest("--gpu-save=main")
+    result.assert_outcomes(passed=2)
+    (saved,) = Path(suite.path, ".gpuprof").glob("host-*/0001_main.json")
+    result.stdout.fnmatch_lines(["gpuprof: baseline saved as .gpuprof*0001_main.json"])
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest("--gpu-compare", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU regression against baseline *0001_main.json:",
+            "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; 95% interval of the change *): regression",
+            "*utilization: baseline *% -> *% (-*pt*limit utilization:-5pt*): regression",
+        ]
+    )
+    assert "FAILED test_slowed_test_fails_with_both_figures_and_the_rest_pass.py::test_slowed" in result.stdout.str()
+    result.stdout.fnmatch_lines(["compared with baseline *", "*test_steady: unchanged", "*test_slowed: regression"])
+
+
+def test_unchanged_code_passes_the_gate(suite):
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    result = suite.runpytest("--gpu-compare=main", "--gpu-compare-fail=wall_ms:+20%")
+    result.assert_outcomes(passed=2)
+
+
+def test_without_compare_fail_a_regression_is_only_reported(suite, monkeypatch):
+    suite.runpytest("--gpu-save=main")
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest("--gpu-compare")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_slowed: regression", "*wall_ms: baseline*: regression"])
+
+
+def test_new_test_is_new_not_a_crash(suite):
+    suite.runpytest("--gpu-save=main", "-k", "steady")
+    result = suite.runpytest("--gpu-compare", "--gpu-compare-fail=wall_ms:+20%")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_slowed: new (not in the baseline)"])
+
+
+def test_another_machines_baseline_is_refused_unless_asked(suite):
+    suite.runpytest("--gpu-save=main")
+    (path,) = Path(suite.path, ".gpuprof").glob("host-*/0001_main.json")
+    data = json.loads(path.read_text())
+    data["machine"].update(id="cuda-0123456789", gpu="NVIDIA H200", backend="cuda")
+    other = Path(suite.path, "h200.json")
+    other.write_text(json.dumps(data))
+    result = suite.runpytest(f"--gpu-compare={other}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*h200.json was measured on machine cuda-0123456789 (NVIDIA H200*Pass --gpu-compare-any-machine*"]
+    )
+    result = suite.runpytest(f"--gpu-compare={other}", "--gpu-compare-any-machine")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--gpu-compare-fail=wall_ms:10%"], "--gpu-compare-fail: compare-fail expression 'wall_ms:10%': expected"),
+        (["--gpu-compare"], "--gpu-compare: no baseline for machine host-"),
+        (["--gpu-compare=nightly"], "--gpu-compare: no baseline named 'nightly' for machine host-"),
+    ],
+)
+def test_gate_usage_errors(suite, args, fragment):
+    result = suite.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{fragment}*"])
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [("{", "corrupt or truncated JSON"), ('{"schema": 9, "machine": {"id": "x"}, "tests": []}', "schema 9 is newer")],
+)
+def test_bad_baseline_file_is_a_clear_usage_error(suite, content, fragment):
+    Path(suite.path, "bad.json").write_text(content)
+    result = suite.runpytest(f"--gpu-compare={Path(suite.path, 'bad.json')}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*bad.json: {fragment}*"])
+
+
+def test_metrics_reach_junit_xml_and_the_github_step_summary(suite, monkeypatch):
+    summary = Path(suite.path, "summary.md")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    suite.runpytest("--junitxml=junit.xml").assert_outcomes(passed=2)
+    xml = Path(suite.path, "junit.xml").read_text()
+    assert re.search(r'<property name="gpuprof.utilization" value="0\.\d+"', xml)
+    assert '<property name="gpuprof.truth" value="host"' in xml
+    text = summary.read_text()
+    assert "| test | wall ms | utilization | reported | overhead ms | verdict |" in text
+    assert "test_steady" in text
+
+
+def test_readme_workflow_example_is_valid_yaml():
+    import yaml
+
+    readme = Path(__file__).parents[1].joinpath("README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    workflow = yaml.safe_load(block)
+    steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
+    assert any("--gpu-save=main" in s for s in steps)
+    assert any("--gpu-compare-fail=" in s for s in steps)

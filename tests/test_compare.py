@@ -1,0 +1,166 @@
+import json
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_gpuprof import cli, storage
+from pytest_gpuprof.compare import CompareError, judge, parse_thresholds, samples_of
+
+
+def test_expressions_parse_into_thresholds():
+    util, wall, upload, idle = parse_thresholds(
+        "utilization:-2pt, wall_ms:+10%,steps.upload.host_ms:+15%,steps.a.b.idle_ms:+3ms"
+    )
+    assert (util.metric, util.direction, util.amount, util.unit) == ("utilization", -1, 2.0, "pt")
+    assert util.delta(0.9) == pytest.approx(0.02)
+    assert wall.delta(200.0) == pytest.approx(20.0)
+    assert upload.metric == "steps.upload.host_ms"
+    assert idle.delta(7.0) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("utilization-2pt", "expected METRIC:+N%"),
+        ("wall_ms:10%", "expected METRIC:+N%"),
+        ("wall_ms:+10", "expected METRIC:+N%"),
+        ("wall_ms:+2pt", "'pt' (percentage points) applies to fractions only"),
+        (",", "no expression given"),
+    ],
+)
+def test_bad_expressions_name_themselves(text, fragment):
+    with pytest.raises(CompareError, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        parse_thresholds(text)
+
+
+(WALL,) = parse_thresholds("wall_ms:+10%")
+(UTIL,) = parse_thresholds("utilization:-2pt")
+
+
+def test_clear_regression_unchanged_improvement_and_inconclusive():
+    base = [100.0, 101.0, 99.0, 100.5, 99.5]
+    assert judge(WALL, base, [130.0, 131.0, 129.0, 130.5, 129.5]).verdict == "regression"
+    assert judge(WALL, base, [101.0, 100.0, 102.0, 99.0, 100.0]).verdict == "unchanged"
+    assert judge(WALL, base, [70.0, 71.0, 69.0, 70.5, 69.5]).verdict == "improvement"
+    # the median moved 15% but one round says otherwise: not clear
+    assert judge(WALL, base, [115.0, 99.0, 116.0, 100.0, 117.0]).verdict == "inconclusive"
+    # too few rounds never give a verdict
+    assert judge(WALL, [100.0], [200.0]).verdict == "inconclusive"
+    assert judge(UTIL, [0.8] * 5, [0.7] * 5).verdict == "regression"
+    assert judge(UTIL, [0.8] * 5, [0.79] * 5).verdict == "unchanged"
+
+
+samples = st.lists(st.floats(50, 150), min_size=3, max_size=9)
+
+
+@given(samples, st.floats(0.3, 3.0))
+def test_a_shift_far_beyond_the_spread_is_a_regression(base, factor):
+    spread = max(base) - min(base)
+    shifted = [b + 0.1 * 100 * 3 + 3 * spread + 1 for b in base]  # beyond 10% of any median here
+    assert judge(WALL, base, shifted).verdict == "regression"
+    assert judge(WALL, base, list(base)).verdict in ("unchanged", "inconclusive")
+    change = judge(WALL, base, [b * factor for b in base])
+    assert change.low <= change.current - change.baseline <= change.high or change.verdict == "inconclusive"
+
+
+def test_samples_come_from_rounds_else_the_single_value():
+    test = {
+        "metrics": {"wall_ms": 5.0, "steps": {"up.load": {"idle_ms": 2.0}}},
+        "rounds": {"wall_ms": {"samples": [4, 5, 6]}},
+    }
+    assert samples_of(test, "wall_ms") == [4.0, 5.0, 6.0]
+    assert samples_of(test, "steps.up.load.idle_ms") == [2.0]
+    assert samples_of(test, "kernel_ms") == []
+
+
+def report(machine_id="host-aaa", tests=()):
+    return {
+        "schema": 1,
+        "created": "x",
+        "machine": {"id": machine_id, "gpu": "g", "backend": "host"},
+        "tests": list(tests),
+    }
+
+
+def test_concurrent_saves_get_distinct_numbers(tmp_path):
+    saved = []
+
+    def save_some():
+        for _ in range(5):
+            saved.append(storage.save(report(), tmp_path, "main"))
+
+    threads = [threading.Thread(target=save_some) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    names = sorted(p.name for p in saved)
+    assert names == [f"{i:04d}_main.json" for i in range(1, 41)]
+    assert all(json.loads(p.read_text())["schema"] == 1 for p in saved)
+    assert not list((tmp_path / "host-aaa").glob(".*"))  # no temporary file left behind
+
+
+def test_find_takes_the_newest_or_the_named(tmp_path):
+    first = storage.save(report(), tmp_path, "main")
+    storage.save(report(), tmp_path, "pr")
+    assert storage.find(tmp_path, "host-aaa", None).name == "0002_pr.json"
+    assert storage.find(tmp_path, "host-aaa", "main") == first
+    assert storage.find(tmp_path, "host-aaa", str(first)) == first
+    with pytest.raises(storage.BaselineError, match="no baseline named 'x' for machine host-aaa"):
+        storage.find(tmp_path, "host-aaa", "x")
+    with pytest.raises(storage.BaselineError, match="baselines exist for machine ids host-aaa"):
+        storage.find(tmp_path, "cuda-bbb", None)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ('{"schema": 1, "machine": {"id": "x"}, "tests": [', "corrupt or truncated JSON"),
+        ("[]", "not a gpuprof report"),
+        ('{"schema": 2, "machine": {"id": "x"}, "tests": []}', "schema 2 is newer than this pytest-gpuprof reads (1)"),
+        ('{"schema": 1, "tests": []}', "no machine id"),
+        ('{"schema": 1, "machine": {"id": "x"}, "tests": [{"no": 1}]}', "must be a list of tests with a nodeid"),
+    ],
+)
+def test_bad_baselines_are_explained(tmp_path, content, fragment):
+    path = tmp_path / "b.json"
+    path.write_text(content)
+    with pytest.raises(storage.BaselineError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        storage.load(path)
+
+
+def test_cli_show_compare_merge_exit_codes(tmp_path, capsys):
+    def test(nodeid, walls):
+        return {
+            "nodeid": nodeid,
+            "outcome": "passed",
+            "metrics": {"wall_ms": walls[0], "utilization": 0.5},
+            "rounds": {"wall_ms": {"samples": walls}},
+        }
+
+    base = tmp_path / "base.json"
+    same = tmp_path / "same.json"
+    slow = tmp_path / "slow.json"
+    base.write_text(json.dumps(report(tests=[test("t::a", [10, 10.1, 9.9, 10, 10])])))
+    same.write_text(json.dumps(report(tests=[test("t::a", [10, 10.2, 9.8, 10, 10.1]), test("t::b", [1, 1, 1])])))
+    slow.write_text(json.dumps(report(tests=[test("t::a", [14, 14.1, 13.9, 14, 14])])))
+    assert cli.main(["show", str(base)]) == 0
+    assert "t::a: passed, wall 10.0 ms, utilization 50.0%" in capsys.readouterr().out
+    assert cli.main(["compare", str(base), str(same), "--fail", "wall_ms:+10%"]) == 0
+    assert "t::b: new" in capsys.readouterr().out
+    assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:+10%"]) == 1
+    out = capsys.readouterr().out
+    assert "wall_ms: baseline 10.000 -> 14.000 (+4.000, +40.0%; limit wall_ms:+10%; 5 vs 5 rounds" in out
+    assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:10"]) == 2
+    assert "expected METRIC:+N%" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    assert cli.main(["show", str(broken)]) == 2
+    merged = tmp_path / "m.json"
+    assert cli.main(["merge", str(base), str(same), "-o", str(merged)]) == 0
+    assert [t["nodeid"] for t in json.loads(merged.read_text())["tests"]] == ["t::a", "t::b"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(report(machine_id="cuda-x")))
+    assert cli.main(["merge", str(base), str(other), "-o", str(merged)]) == 2
