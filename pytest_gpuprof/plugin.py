@@ -6,6 +6,7 @@ so loading this plugin costs little on a machine that never measures anything.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -25,6 +26,26 @@ if TYPE_CHECKING:
 SESSION = pytest.StashKey[GpuSession]()
 PROFILER = pytest.StashKey["Profiler"]()
 BUDGET = pytest.StashKey[Budget]()
+
+
+FIXTURES = frozenset({"gpuprof", "gpu_workload"})
+
+
+def _allow_across_examples(item: pytest.Item) -> None:
+    """``gpuprof`` and ``gpu_workload`` are meant to live across hypothesis examples (each
+    example's ``measure`` is its own window), so hypothesis's function-scoped fixture
+    health check does not apply to them. Hypothesis adjusts a test's settings in this
+    same way for parametrized tests."""
+    if "hypothesis" not in sys.modules:
+        return
+    from hypothesis import HealthCheck, is_hypothesis_test, settings
+
+    function = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+    if function is None or not is_hypothesis_test(function):
+        return
+    current = getattr(function, "_hypothesis_internal_use_settings", settings.default)
+    suppressed = {*current.suppress_health_check, HealthCheck.function_scoped_fixture}
+    function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
 
 class GpuBudgetWarning(UserWarning):
@@ -128,6 +149,7 @@ def _pyproject(config: pytest.Config) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -139,6 +161,11 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = _settings(config)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    if config.getoption("hypothesis_profile", None) == "gpuprof":
+        # before hypothesis's own plugin loads the profile by name
+        from pytest_gpuprof.strategies import register_profile
+
+        register_profile()
     session = GpuSession(config, settings)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "gpuprof-session")
@@ -173,6 +200,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             except BudgetError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
         item.stash[BUDGET] = budget
+        if FIXTURES & set(getattr(item, "fixturenames", ())):
+            _allow_across_examples(item)
         if item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 
@@ -209,10 +238,11 @@ def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     session = request.config.stash[SESSION]
     profiler = session.profiler(request.node.stash.get(BUDGET, Budget()))
     request.node.stash[PROFILER] = profiler
+    memory_before = profiler.backend.memory_in_use()
     try:
         yield profiler
     finally:
-        session.release(request.node.nodeid, profiler)
+        session.release(request.node.nodeid, profiler, memory_before)
 
 
 @pytest.fixture

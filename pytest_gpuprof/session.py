@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 from functools import cached_property
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from pytest_gpuprof.nvml import NvmlSampler
     from pytest_gpuprof.profiler import Profiler, Window
     from pytest_gpuprof.report import GpuRecord
+
+
+class GpuMemoryLeak(AssertionError):
+    """Device memory a test (or one of its hypothesis examples) took and did not give back."""
 
 
 # Without --gpu-compare-fail a comparison still reports these changes, failing nothing.
@@ -107,6 +112,7 @@ class GpuSession:
             rounds=self.settings.rounds,
             warmup=self.settings.warmup,
             sampler=self.sampler,
+            enforce=self.settings.enforce,
         )
 
     def verdict(self, nodeid: str, profiler: Profiler) -> str | None:
@@ -115,7 +121,7 @@ class GpuSession:
         if not windows:
             return None
         self._record(nodeid, profiler, windows)
-        breaching = [w for w in windows if w.breaches]
+        breaching = [w for w in windows if w.breaches and not w.settled]
         if not breaching:
             return None
         first = breaching[0]
@@ -181,8 +187,10 @@ class GpuSession:
         lines += [f"  {c.describe()}" for c in regressed]
         return "\n".join(lines)
 
-    def release(self, nodeid: str, profiler: Profiler) -> None:
-        """End of a test: wait for its device work; record it if the call did not."""
+    def release(self, nodeid: str, profiler: Profiler, memory_before: int) -> None:
+        """End of a test: wait for its device work, record it if the call did not, and
+        check that its device memory came back (a failed test's traceback may still hold
+        buffers, so only a passing test is held to that)."""
         try:
             self.backend.synchronize()
         finally:
@@ -191,6 +199,15 @@ class GpuSession:
                 if windows:
                     self._record(nodeid, profiler, windows)
             self.backend.drain()
+        gc.collect()
+        held = self.backend.memory_in_use() - memory_before
+        passed = self.outcomes.get(nodeid, ("passed", False))[0] == "passed"
+        leaks = list(profiler.leaks)
+        if held > 0 and passed:
+            leaks.append(f"{held:,} bytes ({held / (1 << 30):.3g} GiB) of device memory still held after the test")
+        if leaks:
+            self.backend.trim()
+            raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     # hooks
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -8,7 +8,8 @@ two-worker pipeline of DESIGN.md in its single-lock and two-lock forms.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from pytest_gpuprof.backends import Backend
@@ -27,6 +28,10 @@ MIB = 1 << 20
 # same cores and memory bus, so copies slow down while kernels run; twice the upload time
 # keeps the two-lock pipeline kernel-bound there, as it is on the GPU.
 COMPUTE_PER_UPLOAD = {"cuda": 1.1, "host": 2.0}
+
+
+class GpuOutOfMemory(MemoryError):
+    """A workload buffer larger than the free device memory."""
 
 
 class GpuWorkload:
@@ -49,13 +54,30 @@ class GpuWorkload:
 
     # primitives
     def alloc(self, nbytes: int) -> Any:
-        with self.profiler.step("alloc"):
+        with self.profiler.step("alloc"), self._out_of_memory("alloc", nbytes):
             return self.backend.alloc(nbytes)
+
+    @contextmanager
+    def _out_of_memory(self, what: str, nbytes: int) -> Iterator[None]:
+        """An allocation that does not fit fails with its size and the free memory,
+        after the pool has given back what it cached."""
+        try:
+            yield
+        except MemoryError as e:
+            self.backend.trim()
+            free, total = self.backend.memory_info()
+            raise GpuOutOfMemory(
+                f"{what} of {nbytes:,} bytes ({nbytes / GIB:.3g} GiB) does not fit: "
+                f"{free:,} bytes ({free / GIB:.3g} GiB) free of {total / GIB:.3g} GiB on {self.device.name}"
+            ) from e
 
     def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:
         """Copy to the device and wait for the copy, as ``cudaMemcpy`` does."""
         stream = self.backend.default_stream if stream is None else stream
-        with self.profiler.step("upload", bytes=nbytes, stream=stream, pageable=not pinned):
+        with (
+            self.profiler.step("upload", bytes=nbytes, stream=stream, pageable=not pinned),
+            self._out_of_memory("upload", nbytes),
+        ):
             buffer = self.backend.upload(nbytes, pinned=pinned, stream=stream, out=out)
             self.backend.synchronize(stream)
         return buffer

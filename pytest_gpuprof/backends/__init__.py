@@ -89,6 +89,10 @@ class Backend(Protocol):
         """Release the pool's unused blocks to the device."""
         ...
 
+    def memory_info(self) -> tuple[int, int]:
+        """Free and total device memory, in bytes."""
+        ...
+
     def memory_in_use(self) -> int:
         """Bytes held by live buffers of this backend's pool."""
         ...

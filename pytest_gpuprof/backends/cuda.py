@@ -169,6 +169,11 @@ class CudaBackend:
         with self._device:
             self._pool.free_all_blocks()
 
+    def memory_info(self) -> tuple[int, int]:
+        with self._device:
+            free, total = self._cp.cuda.runtime.memGetInfo()
+        return int(free), int(total)
+
     def memory_in_use(self) -> int:
         return int(self._pool.used_bytes())
 

@@ -98,9 +98,10 @@ class _Pool:
         with self._lock:
             blocks = self._free.get(nbytes)
             array = blocks.pop() if blocks else None
-            self.in_use += nbytes
         if array is None:
             array = np.empty(nbytes, dtype=np.uint8)
+        with self._lock:
+            self.in_use += nbytes
         buffer = HostBuffer(array)
         weakref.finalize(buffer, self._release, array)
         return buffer
@@ -200,6 +201,10 @@ class HostBackend:
 
     def trim(self) -> None:
         self._pool.trim()
+
+    def memory_info(self) -> tuple[int, int]:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
     def memory_in_use(self) -> int:
         return self._pool.in_use

@@ -1,0 +1,28 @@
+"""Stress prestage with hypothesis: every buffer size in a range must keep its budget.
+
+Each example's ``measure`` (or ``partitions``) is its own window; a breach is re-measured
+before it counts, so hypothesis shrinks to the smallest size that really breaches.
+"""
+
+import pytest
+from hypothesis import given, settings
+
+from pytest_gpuprof.strategies import buffer_sizes, partition_counts
+
+MIB = 1 << 20
+
+
+@pytest.mark.gpu_budget(min_utilization=0.0)  # a pure transfer test: no kernels to keep busy
+@settings(settings.get_profile("gpuprof"), max_examples=6)
+@given(size=buffer_sizes(64 * MIB, 256 * MIB))
+def test_upload_bandwidth_holds_for_large_buffers(gpuprof, gpu_workload, gpu_device, size):
+    gpuprof.measure(lambda: gpu_workload.upload(size), rounds=1, warmup=1)
+    # half the calibrated peak: a buffer this large that cannot reach it is a bug
+    gpuprof.check(steps={"upload": {"min_gbps": 0.5 * gpu_device.h2d_gbps, "pageable": "forbid"}})
+
+
+@pytest.mark.gpu_budget(min_utilization=0.5, max_discrepancy=0.5)
+@settings(settings.get_profile("gpuprof"), max_examples=4)
+@given(n=partition_counts(8).filter(lambda n: n >= 4), size=buffer_sizes(16 * MIB, 64 * MIB))
+def test_two_lock_pipeline_keeps_the_kernels_busy(gpu_workload, n, size):
+    gpu_workload.partitions(n=n, upload_bytes=size, strategy="two-lock", rounds=1, warmup=0)

@@ -1,0 +1,158 @@
+"""Property-based stress with hypothesis: the strategies, the profile, shrinking, memory guards."""
+
+import re
+
+import pytest
+from hypothesis import find, settings
+
+from pytest_gpuprof.strategies import buffer_sizes, partition_counts
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("name", "predicate"),
+    [
+        ("a power of two", lambda n: n > 1 and n & (n - 1) == 0),
+        ("one past a power of two", lambda n: n > 2 and (n - 1) & (n - 2) == 0),
+        ("one short of a power of two", lambda n: n > 1 and (n + 1) & n == 0),
+        ("a CuPy pool unit multiple", lambda n: n % 512 == 0 and n & (n - 1) != 0),
+        ("one byte past a 2 MiB page", lambda n: n % (2 * MIB) == 1),
+        ("an odd size that is no edge", lambda n: n % 2 == 1 and n > 100_000 and (n - 1) & (n - 2) != 0),
+        ("the lower end", lambda n: n == 3),
+        ("the upper end", lambda n: n == 64 * MIB + 5),
+    ],
+)
+def test_each_edge_case_is_drawn(name, predicate):
+    found = find(buffer_sizes(3, 64 * MIB + 5), predicate, settings=settings(max_examples=2000, database=None))
+    assert 3 <= found <= 64 * MIB + 5, name
+
+
+def test_alignment_and_bounds_hold_for_every_draw():
+    from hypothesis import given
+
+    @given(buffer_sizes(KIB, MIB, align=256), partition_counts(8))
+    @settings(max_examples=300, database=None)
+    def check(size, n):
+        assert KIB <= size <= MIB and size % 256 == 0
+        assert 1 <= n <= 8
+
+    check()
+
+
+def test_bad_arguments_are_explained():
+    with pytest.raises(ValueError, match="min_bytes=0"):
+        buffer_sizes(0, 10)
+    with pytest.raises(ValueError, match="max_bytes=5 is below min_bytes=10"):
+        find(buffer_sizes(10, 5), lambda n: True)
+
+
+def test_the_gpuprof_profile_fits_gpu_timing():
+    profile = settings.get_profile("gpuprof")
+    assert profile.deadline is None
+    assert profile.max_examples == 20
+
+
+SHRINK = """
+import pytest
+from hypothesis import given, settings
+from pytest_gpuprof.strategies import buffer_sizes
+
+MIB = 1 << 20
+BUDGET = {"steps": {"compute": {"max_ms": 8}}}
+
+def kernels_for(gpu_workload, size):
+    # kernel time grows with the buffer: 1 ms a MiB, on the host backend exactly
+    gpu_workload.compute(ms=size / MIB)
+
+def breaches(gpuprof, gpu_workload, size):
+    m = gpuprof.measure(lambda: kernels_for(gpu_workload, size), rounds=1, warmup=0)
+    return m.steps["compute"].host_ms > 8
+
+def test_find_threshold(gpuprof, gpu_workload):
+    lo, hi = 1 << 10, 32 * MIB
+    while hi - lo > 64 << 10:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if breaches(gpuprof, gpu_workload, mid) else (mid, hi)
+    print(f"THRESHOLD={hi}")
+
+@pytest.mark.gpu_budget(**BUDGET)
+@settings(max_examples=40, database=None)
+@given(size=buffer_sizes(1 << 10, 32 * MIB))
+def test_compute_budget(gpuprof, gpu_workload, size):
+    gpuprof.measure(lambda: kernels_for(gpu_workload, size), rounds=1, warmup=0)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_breach_shrinks_near_the_threshold_without_flaky(pytester, seed):
+    pytester.makepyfile(SHRINK)
+    found = pytester.runpytest("-s", "-k", "find_threshold", "--gpu-budget", "-p", "no:randomly")
+    threshold = int(re.search(r"THRESHOLD=(\d+)", found.stdout.str())[1])
+    result = pytester.runpytest("-k", "compute_budget", "--gpu-budget", f"--hypothesis-seed={seed}")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "FlakyFailure" not in out and "errors.Flaky" not in out
+    size = int(re.search(r"size=(\d+)", out)[1])
+    assert threshold / 2 <= size <= 2 * threshold, (size, threshold)
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU budget exceeded: steps.compute.host_ms * ms > 8.0 ms (steps.compute.max_ms)*",
+            "*(confirmed by 2 more measurements)*",
+        ]
+    )
+
+
+def test_a_leak_fails_the_test_and_names_it(pytester):
+    pytester.makepyfile(
+        """
+        KEEP = []
+
+        def test_keeps_a_buffer(gpu_workload):
+            KEEP.append(gpu_workload.alloc(1 << 20))
+
+        def test_next_is_clean(gpu_workload):
+            gpu_workload.alloc(1 << 20)
+        """
+    )
+    result = pytester.runpytest("--gpu-backend=host")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*GpuMemoryLeak: GPU memory leak: 1,048,576 bytes (0.000977 GiB) of device memory*"])
+
+
+def test_a_leaking_hypothesis_example_is_named(pytester):
+    pytester.makepyfile(
+        """
+        from hypothesis import given, settings
+        from pytest_gpuprof.strategies import buffer_sizes
+        KEEP = []
+
+        @settings(max_examples=3, database=None)
+        @given(size=buffer_sizes(4096, 8192))
+        def test_leaky(gpuprof, gpu_workload, size):
+            gpuprof.measure(lambda: KEEP.append(gpu_workload.alloc(size)), rounds=1, warmup=0)
+        """
+    )
+    result = pytester.runpytest("--gpu-backend=host")
+    result.stdout.fnmatch_lines(
+        ["*GPU memory leak: a hypothesis example kept * bytes of device memory after it ended*"]
+    )
+
+
+def test_out_of_memory_names_the_size_and_the_free_memory(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_gpuprof.workload import GpuOutOfMemory
+
+        def test_too_big(gpu_workload):
+            with pytest.raises(GpuOutOfMemory) as info:
+                gpu_workload.alloc(1 << 52)
+            assert "alloc of 4,503,599,627,370,496 bytes (4.19e+06 GiB) does not fit" in str(info.value)
+            assert "free of" in str(info.value)
+
+        def test_then_clean(gpu_workload):
+            gpu_workload.upload(1 << 20)
+        """
+    )
+    pytester.runpytest("--gpu-backend=host").assert_outcomes(passed=2)
