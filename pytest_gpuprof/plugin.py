@@ -43,7 +43,7 @@ def _allow_across_examples(item: pytest.Item) -> None:
     function = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
     if function is None or not is_hypothesis_test(function):
         return
-    current = getattr(function, "_hypothesis_internal_use_settings", settings.default)
+    current = getattr(function, "_hypothesis_internal_use_settings", None) or settings()
     suppressed = {*current.suppress_health_check, HealthCheck.function_scoped_fixture}
     function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
