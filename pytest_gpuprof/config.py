@@ -43,6 +43,8 @@ class Settings:
     nvml: bool = True
     nvml_interval_ms: float = 20.0
     pyproject: Path | None = None
+    trace: Path | None = None
+    html: Path | None = None
     save: str | None = None
     compare: str | bool | None = None
     compare_fail: tuple[Threshold, ...] = ()

@@ -67,6 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
     group.addoption("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
     group.addoption("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
+    group.addoption("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
+    group.addoption("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
     group.addoption("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
     group.addoption(
         "--gpu-compare",
@@ -133,6 +135,8 @@ def _settings(config: pytest.Config) -> Settings:
         nvml=not opt("--gpu-no-nvml"),
         nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
         pyproject=pyproject,
+        trace=Path(opt("--gpu-trace")) if opt("--gpu-trace") else None,
+        html=Path(opt("--gpu-html")) if opt("--gpu-html") else None,
         save=opt("--gpu-save"),
         compare=compare if compare is not None else (True if thresholds else None),
         compare_fail=thresholds,

@@ -18,6 +18,7 @@ from pytest_gpuprof.config import Settings
 if TYPE_CHECKING:
     from pytest_gpuprof.compare import Change
     from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.model import Timeline
     from pytest_gpuprof.nvml import NvmlSampler
     from pytest_gpuprof.profiler import Profiler, Window
     from pytest_gpuprof.report import GpuRecord
@@ -42,6 +43,7 @@ class GpuSession:
         self.records: dict[str, GpuRecord] = {}
         self.outcomes: dict[str, tuple[str, bool]] = {}
         self.changes: dict[str, list[Change]] = {}
+        self.timelines: dict[str, Timeline | None] = {}
         self.baseline: dict[str, Any] | None = None
         self.baseline_path: Path | None = None
         self.saved: Path | None = None
@@ -134,6 +136,11 @@ class GpuSession:
         from pytest_gpuprof.report import GpuRecord
 
         primary = next((w for w in windows if w.breaches), windows[-1])
+        self.timelines[nodeid] = primary.timeline
+        if self.settings.trace is not None and primary.timeline is not None:
+            from pytest_gpuprof.trace import write_trace
+
+            write_trace(self.settings.trace, nodeid, primary.timeline)
         self.records[nodeid] = GpuRecord(
             nodeid=nodeid,
             metrics=primary.metrics,
@@ -246,6 +253,10 @@ class GpuSession:
             tr.write_line(f"gpuprof: JSON report written to {self.settings.report}")
         if self.saved is not None:
             tr.write_line(f"gpuprof: baseline saved as {self.saved}")
+        if self.settings.html is not None:
+            tr.write_line(f"gpuprof: HTML report written to {self.settings.html}")
+        if self.settings.trace is not None:
+            tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
 
     def machine(self) -> dict[str, Any]:
         from pytest_gpuprof.report import machine_record
@@ -268,7 +279,7 @@ class GpuSession:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         s = self.settings
-        if s.report is None and s.save is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
+        if s.report is None and s.save is None and s.html is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
             return
         records = self.finished()
         from pytest_gpuprof.report import build_report, markdown_summary, write_json
@@ -276,6 +287,11 @@ class GpuSession:
         report = build_report(records, self.machine())
         if s.report is not None:
             write_json(s.report, report)
+        if s.html is not None:
+            from pytest_gpuprof.html import render
+            from pytest_gpuprof.report import write_atomic
+
+            write_atomic(s.html, render(((r, self.timelines.get(r.nodeid)) for r in records), report["machine"]))
         if s.save is not None:
             from pytest_gpuprof import storage
 

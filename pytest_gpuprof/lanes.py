@@ -1,0 +1,118 @@
+"""A window's timeline as drawable lanes: host threads, regions, kernels and copies per
+stream, kernel-idle stretches with what they were charged to, NVML counters.
+
+Both the Perfetto trace and the HTML report are drawn from these; pure functions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpuprof import intervals as iv
+from pytest_gpuprof.metrics import attribute_idle
+from pytest_gpuprof.model import UNATTRIBUTED, Timeline
+
+# Beyond this many idle stretches, the rest are drawn without their attribution: charging
+# each one costs a pass over the steps.
+ATTRIBUTED_STRETCHES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    start: int  # ns from the window start
+    end: int
+    label: str
+    args: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    name: str
+    kind: str  # "step", "region", "kernel", "memcpy", "memset", "idle"
+    items: list[Item]
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    name: str
+    unit: str
+    points: list[tuple[int, float]]
+
+
+def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
+    t0 = timeline.start
+    lanes: list[Lane] = []
+    threads: dict[int, list[Item]] = defaultdict(list)
+    for s in sorted(timeline.steps, key=lambda s: (s.start, s.depth)):
+        args: dict[str, Any] = {"depth": s.depth}
+        if s.bytes is not None:
+            args["bytes"] = s.bytes
+        threads[s.thread].append(Item(s.start - t0, s.end - t0, s.name, args))
+    thread_names = {thread: f"host thread {i + 1}" for i, thread in enumerate(sorted(threads))}
+    for thread, items in sorted(threads.items()):
+        lanes.append(Lane(f"{thread_names[thread]}: steps", "step", items))
+    if timeline.regions:
+        regions = sorted(timeline.regions, key=lambda r: r.start)
+        lanes.append(Lane("regions (brackets)", "region", [Item(r.start - t0, r.end - t0, r.name) for r in regions]))
+    device: dict[tuple[str, int], list[Item]] = defaultdict(list)
+    for d in sorted(timeline.device, key=lambda d: d.start):
+        args = {}
+        if d.bytes:
+            args["bytes"] = d.bytes
+            if d.end > d.start:
+                args["GB/s"] = round(d.bytes / (d.end - d.start), 2)
+            args["pageable"] = d.pageable
+        device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, d.name or d.kind, args))
+    for (kind, stream), items in sorted(device.items()):
+        lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))
+    lanes.append(Lane("kernel-idle, charged to", "idle", idle_items(timeline)))
+    counters = []
+    for name, unit, key in (("NVML utilization", "%", "util"), ("NVML power", "W", "power_w")):
+        points = [
+            (s.time - t0, 100 * v if unit == "%" else v) for s in timeline.samples if (v := getattr(s, key)) is not None
+        ]
+        if points:
+            counters.append(Counter(name, unit, points))
+    return lanes, counters
+
+
+def idle_items(timeline: Timeline) -> list[Item]:
+    window = (timeline.start, timeline.end)
+    kernels = iv.union(iv.clip(((d.start, d.end) for d in timeline.device if d.kind == "kernel"), window))
+    out = []
+    for n, gap in enumerate(iv.gaps(kernels, window)):
+        if n < ATTRIBUTED_STRETCHES:
+            charged, unattributed = attribute_idle(timeline.steps, [gap])
+            shares = {name: round(ns / 1e6, 4) for name, ns in sorted(charged.items(), key=lambda kv: -kv[1])}
+            if unattributed:
+                shares[UNATTRIBUTED] = round(unattributed / 1e6, 4)
+            label = max(shares, key=lambda k: shares[k]) if shares else UNATTRIBUTED
+            out.append(Item(gap[0] - timeline.start, gap[1] - timeline.start, label, {"charged_ms": shares}))
+        else:
+            out.append(Item(gap[0] - timeline.start, gap[1] - timeline.start, "idle"))
+    return out
+
+
+def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items") -> list[Item]:
+    """At most about ``buckets`` items: those in the same 1/buckets of ``span`` are merged,
+    keeping their count, so that tens of thousands of kernels stay drawable."""
+    if len(items) <= buckets or span <= 0:
+        return items
+    width = span / buckets
+
+    def bucket_of(item: Item) -> int:
+        return min(buckets - 1, max(0, int(item.start // width)))
+
+    out: list[Item] = []
+    for item in items:
+        bucket = bucket_of(item)
+        if out and bucket_of(out[-1]) == bucket:
+            last = out[-1]
+            count = last.count + item.count
+            out[-1] = Item(last.start, max(last.end, item.end), f"{count} {noun}", {}, count)
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,164 @@
+"""Perfetto traces and the HTML report: structure, escaping, size, and a real browser."""
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof import metrics
+from pytest_gpuprof.budget import Budget, evaluate
+from pytest_gpuprof.html import render
+from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+from pytest_gpuprof.report import GpuRecord
+from pytest_gpuprof.trace import file_name, trace_events
+
+MS = 1_000_000
+EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+SUITE = """
+import pytest
+
+@pytest.mark.parametrize("name", ['<script>alert("x")</script><img src=x onerror=alert(1)>', "plain"])
+def test_pipeline(gpuprof, gpu_workload, name):
+    with gpuprof.region("partition"):
+        with gpuprof.step(name):
+            gpu_workload.upload(1 << 20)
+        gpu_workload.compute(ms=2)
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+def test_breaching(gpu_workload):
+    gpu_workload.partitions(n=2, upload_bytes=1 << 20, compute_ms=1, rounds=1, warmup=0)
+"""
+
+
+def sample_timeline(kernels=3):
+    steps = (Span("upload", 1, 0, 10 * MS, span_id=1, bytes=1 << 20, stream=2), Span("compute", 2, 10 * MS, 40 * MS))
+    device = tuple(
+        DeviceInterval("kernel", 10 * MS + i * 500, 10 * MS + i * 500 + 250, stream=3, name=f"k{i}")
+        for i in range(kernels)
+    ) + (DeviceInterval("memcpy", 1 * MS, 9 * MS, stream=2, bytes=1 << 20),)
+    samples = (Sample(5 * MS, util=0.9, power_w=300.0),)
+    return Timeline(0, 40 * MS, "cupti", steps, (Span(EVIL, 1, 0, 40 * MS),), device, samples)
+
+
+def test_trace_has_a_process_tracks_and_counters():
+    data = trace_events("t.py::test_x", sample_timeline())
+    events = data["traceEvents"]
+    assert {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "t.py::test_x"}} in events
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert set(tracks.values()) == {
+        "host thread 1: steps",
+        "host thread 2: steps",
+        "regions (brackets)",
+        "kernels, stream 3",
+        "memcpys, stream 2",
+        "kernel-idle, charged to",
+    }
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(isinstance(e["ts"], float) and e["dur"] >= 0 for e in spans)
+    (copy,) = [e for e in spans if e["cat"] == "memcpy"]
+    assert copy["args"] == {"bytes": 1 << 20, "GB/s": round((1 << 20) / (8 * MS), 2), "pageable": False}
+    idle = [e for e in spans if e["cat"] == "idle"]
+    assert idle[0]["name"] == "upload" and idle[0]["args"]["charged_ms"] == {"upload": 10.0}
+    assert [e["args"]["value"] for e in events if e["ph"] == "C"] == [90.0, 300.0]
+    json.dumps(data)  # plain JSON throughout
+
+
+def test_trace_file_names_are_safe_and_distinct():
+    a, b = file_name("t.py::test[a/b]"), file_name("t.py::test[a_b]")
+    assert a != b and "/" not in a and a.endswith(".json")
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", file_name(EVIL))
+
+
+def record_for(timeline, nodeid="t.py::test"):
+    m = metrics.compute(timeline)
+    budget = Budget(min_utilization=0.99)
+    return GpuRecord(nodeid, m, budget, evaluate(budget, m), enforced=True)
+
+
+def test_html_escapes_untrusted_names_and_fetches_nothing():
+    page = render([(record_for(sample_timeline(), nodeid=f"t.py::test[{EVIL}]"), sample_timeline())], {"id": "m"})
+    assert EVIL not in page
+    assert "<script>alert" not in page and "<img" not in page
+    assert page.count("<script") == 2  # the data block and the page's own script
+    # the only URL in the page is the SVG namespace name, which is an identifier, not a fetch
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) == {"http://www.w3.org/2000/svg"}
+    markup = re.sub(r'<script type="application/json" id="data">.*?</script>', "", page, flags=re.S)
+    assert not re.search(r"\b(src|href)\s*=", markup)  # no element loads anything
+    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)[1])
+    assert data["tests"][0]["id"] == f"t.py::test[{EVIL}]"
+
+
+def test_html_stays_small_with_50000_kernels():
+    timeline = sample_timeline(kernels=50_000)
+    page = render([(record_for(timeline), timeline)], {"id": "m"})
+    assert len(page) < 600_000, len(page)
+    data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.S)[1])
+    (kernels,) = [lane for lane in data["tests"][0]["lanes"] if lane["kind"] == "kernel"]
+    assert len(kernels["items"]) <= 1500
+    assert sum(item[3] for item in kernels["items"]) == 50_000  # every kernel is counted in a merged item
+
+
+def test_plugin_writes_traces_and_html(pytester):
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--gpu-backend=host", "--gpu-trace=traces", "--gpu-html=report.html")
+    result.assert_outcomes(passed=3, warnings=1)
+    traces = sorted(Path(pytester.path, "traces").glob("*.json"))
+    assert len(traces) == 3
+    for path in traces:
+        assert json.loads(path.read_text())["traceEvents"]
+    page = Path(pytester.path, "report.html").read_text()
+    assert EVIL not in page
+    result.stdout.fnmatch_lines(
+        ["gpuprof: HTML report written to report.html", "gpuprof: one trace per test in traces*"]
+    )
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=5000",
+    "--window-size=1300,1300",
+]
+
+
+def chromium(*args):
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [shutil.which("chromium"), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)")
+def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_path):
+    pytester.makepyfile(SUITE)
+    pytester.runpytest("--gpu-backend=host", "--gpu-html=report.html").assert_outcomes(passed=3, warnings=1)
+    url = Path(pytester.path, "report.html").as_uri()
+    before = chromium("--dump-dom", url).stdout
+    assert before.count("<tr data-index=") == 3
+    assert 'class="breach"' in before  # the breaching test is highlighted
+    assert "Click a test to see its timeline." in before
+    # '#click=N' makes the page click row N itself, through the same handler as a mouse
+    after = chromium("--dump-dom", url + "#click=2").stdout
+    assert "test_breaching" in re.search(r'<div id="detail"><h2>(.*?)</h2>', after)[1]
+    lanes = re.findall(r'<g class="lane" data-kind="(\w+)">', after)
+    assert {"step", "region", "kernel", "memcpy", "idle"} <= set(lanes)
+    assert after.count('class="item"') > 5
+    assert "breach of min_utilization" in after
+    shot = tmp_path / "report.png"
+    chromium(f"--screenshot={shot}", url + "#click=2")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
