@@ -37,10 +37,11 @@ def test_breaching(gpu_workload):
 
 def sample_timeline(kernels=3):
     steps = (Span("upload", 1, 0, 10 * MS, span_id=1, bytes=1 << 20, stream=2), Span("compute", 2, 10 * MS, 40 * MS))
-    device = tuple(
+    kernel_intervals = [
         DeviceInterval("kernel", 10 * MS + i * 500, 10 * MS + i * 500 + 250, stream=3, name=f"k{i}")
         for i in range(kernels)
-    ) + (DeviceInterval("memcpy", 1 * MS, 9 * MS, stream=2, bytes=1 << 20),)
+    ]
+    device = (*kernel_intervals, DeviceInterval("memcpy", 1 * MS, 9 * MS, stream=2, bytes=1 << 20))
     samples = (Sample(5 * MS, util=0.9, power_w=300.0),)
     return Timeline(0, 40 * MS, "cupti", steps, (Span(EVIL, 1, 0, 40 * MS),), device, samples)
 
