@@ -43,6 +43,7 @@ class Settings:
     nvml: bool = True
     nvml_interval_ms: float = 20.0
     pyproject: Path | None = None
+    devices: tuple[int, ...] | str | None = None
     trace: Path | None = None
     html: Path | None = None
     save: str | None = None

@@ -20,7 +20,7 @@ from pytest_gpuprof.report import GpuRecord
 MAX_ITEMS = 1500
 
 
-def test_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
+def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     m = record.metrics
     data: dict[str, Any] = {
         "id": record.nodeid,
@@ -69,8 +69,9 @@ def test_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     return data
 
 
-def render(records: Iterable[tuple[GpuRecord, Timeline | None]], machine: dict[str, Any]) -> str:
-    payload = {"machine": machine, "tests": [test_data(r, t) for r, t in records]}
+def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
+    """The page, from each test's ``page_data``."""
+    payload = {"machine": machine, "tests": list(tests)}
     # JSON inside <script> must not be able to close it or open a comment: no raw <, >, &.
     embedded = (
         json.dumps(payload, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -64,6 +64,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
     group.addoption("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
+    group.addoption(
+        "--gpu-devices",
+        default=None,
+        metavar="all|N,M,...",
+        help="under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
+    )
     group.addoption("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
     group.addoption("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
     group.addoption("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
@@ -135,6 +141,7 @@ def _settings(config: pytest.Config) -> Settings:
         nvml=not opt("--gpu-no-nvml"),
         nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
         pyproject=pyproject,
+        devices=_devices(opt("--gpu-devices")),
         trace=Path(opt("--gpu-trace")) if opt("--gpu-trace") else None,
         html=Path(opt("--gpu-html")) if opt("--gpu-html") else None,
         save=opt("--gpu-save"),
@@ -143,6 +150,18 @@ def _settings(config: pytest.Config) -> Settings:
         compare_any_machine=opt("--gpu-compare-any-machine"),
         storage=Path(opt("--gpu-storage")),
     )
+
+
+def _devices(value: str | None) -> tuple[int, ...] | str | None:
+    if value is None or value == "all":
+        return value
+    try:
+        devices = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1") from None
+    if not devices or min(devices) < 0:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
+    return devices
 
 
 def _pyproject(config: pytest.Config) -> Path | None:

@@ -28,6 +28,7 @@ class GpuRecord:
     windows: int = 1
     outcome: str = "passed"
     xfail: bool = False
+    device: int = 0
 
     @property
     def verdict(self) -> str:
@@ -61,6 +62,8 @@ class GpuRecord:
             "rounds": {path: s.to_dict() for path, s in self.metrics.rounds.items()},
             "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},
             "windows": self.windows,
+            "verdict": self.verdict,
+            "device": self.device,
         }
         if self.xfail:
             out["xfail"] = True
@@ -86,12 +89,12 @@ def machine_record(device: dict[str, Any], truth: str) -> dict[str, Any]:
     return {"id": machine_id(machine), **machine}
 
 
-def build_report(records: list[GpuRecord], machine: dict[str, Any]) -> dict[str, Any]:
+def build_report(tests: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
-        "tests": [r.to_dict() for r in records],
+        "tests": tests,
     }
 
 
@@ -123,46 +126,48 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def table(records: list[GpuRecord]) -> list[str]:
-    """One line per test: wall, true and reported utilization, overhead, top idle cause, verdict."""
-    header = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
-    rows = [header]
-    for r in records:
-        m = r.metrics
-        causes = [c for c in m.idle_by_step() if c[1] > 0]
-        top = max(causes, key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
-        rows.append(
-            (
-                r.nodeid,
-                f"{m.wall_ms:.1f}",
-                _pct(m.utilization),
-                _pct(m.reported_utilization),
-                f"{m.overhead_ms:.1f}",
-                f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
-                r.verdict,
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
+
+
+def row(record: GpuRecord) -> list[str]:
+    """A test's line of the terminal table: wall, true and reported utilization, overhead,
+    the largest idle cause, the verdict."""
+    m = record.metrics
+    causes = [c for c in m.idle_by_step() if c[1] > 0]
+    top = max(causes, key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
+    return [
+        record.nodeid,
+        f"{m.wall_ms:.1f}",
+        _pct(m.utilization),
+        _pct(m.reported_utilization),
+        f"{m.overhead_ms:.1f}",
+        f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
+        record.verdict,
+    ]
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    everything = [list(HEADER), *rows]
+    widths = [max(len(r[i]) for r in everything) for i in range(len(HEADER))]
     numeric = {1, 2, 3, 4}
-    lines = []
-    for row in rows:
-        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-    return lines
+    return [
+        "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in everything
+    ]
 
 
-def breach_details(records: list[GpuRecord]) -> list[str]:
-    lines: list[str] = []
-    for r in records:
-        if r.breaches:
-            lines.append(
-                f"{r.nodeid}: " + "; ".join(describe_breach(b) for b in r.breaches) + f"  [truth: {r.metrics.truth}]"
-            )
-            lines.extend(f"  {line}" for line in explain(r.metrics))
-    return lines
+def breach_details(record: GpuRecord) -> list[str]:
+    """The budget message of a breaching test, for the session summary."""
+    if not record.breaches:
+        return []
+    head = "; ".join(describe_breach(b) for b in record.breaches)
+    return [
+        f"{record.nodeid}: {head}  [truth: {record.metrics.truth}]",
+        *(f"  {line}" for line in explain(record.metrics)),
+    ]
 
 
-def markdown_summary(records: list[GpuRecord], machine: dict[str, Any], compare: list[str]) -> str:
+def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compare: list[str]) -> str:
     """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``."""
     lines = [
         f"### GPU utilization ({machine.get('gpu')}, backend {machine.get('backend')}, truth {machine.get('truth')})",
@@ -170,12 +175,12 @@ def markdown_summary(records: list[GpuRecord], machine: dict[str, Any], compare:
         "| test | wall ms | utilization | reported | overhead ms | verdict |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    for r in records:
-        m = r.metrics
-        name = r.nodeid.replace("|", "\\|")
+    for t in tests:
+        m = t["metrics"]
+        name = t["nodeid"].replace("|", "\\|")
         lines.append(
-            f"| `{name}` | {m.wall_ms:.1f} | {_pct(m.utilization)} | {_pct(m.reported_utilization)} "
-            f"| {m.overhead_ms:.1f} | {r.verdict} |"
+            f"| `{name}` | {m['wall_ms']:.1f} | {_pct(m['utilization'])} | {_pct(m['reported_utilization'])} "
+            f"| {m['overhead_ms']:.1f} | {t.get('verdict', '-')} |"
         )
     if compare:
         lines += ["", "```", *compare, "```"]

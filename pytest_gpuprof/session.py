@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,19 +36,44 @@ REPORT_ONLY = "utilization:-2pt,wall_ms:+10%"
 class GpuSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.settings = settings
         try:
-            self.backend_name, self.backend_reason = backends.select(settings.backend, settings.device)
+            self.backend_name, self.backend_reason = backends.select(settings.backend, 0)
+            self.settings = replace(settings, device=self._pick_device(settings))
+            if self.backend_name == "cuda":
+                reason = backends.cuda_unavailable(self.settings.device)
+                if reason is not None:
+                    raise RuntimeError(reason)
         except RuntimeError as e:
             raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
         self.records: dict[str, GpuRecord] = {}
         self.outcomes: dict[str, tuple[str, bool]] = {}
         self.changes: dict[str, list[Change]] = {}
         self.timelines: dict[str, Timeline | None] = {}
+        self.views: dict[str, dict[str, Any]] = {}
+        self.crashed: dict[str, str] = {}
+        self.written: list[str] = []
         self.baseline: dict[str, Any] | None = None
         self.baseline_path: Path | None = None
         self.saved: Path | None = None
         self._backend: backends.Backend | None = None
+
+    def _pick_device(self, settings: Settings) -> int:
+        """The device of this process: ``--gpu-devices`` spreads xdist workers over devices
+        (worker i on device i mod the count); host 'devices' are logical slots, one per worker."""
+        if settings.devices is None:
+            return settings.device
+        worker = getattr(self.config, "workerinput", {}).get("workerid")
+        index = int(worker[2:]) if worker else 0
+        if settings.devices == "all":
+            if self.backend_name == "cuda":
+                count = backends.cuda_device_count()
+            else:
+                count = int(getattr(self.config, "workerinput", {}).get("workercount", 1))
+            devices: tuple[int, ...] = tuple(range(max(count, 1)))
+        else:
+            assert not isinstance(settings.devices, str)
+            devices = settings.devices
+        return devices[index % len(devices)]
 
     @property
     def backend(self) -> backends.Backend:
@@ -148,6 +174,7 @@ class GpuSession:
             breaches=primary.breaches,
             enforced=self.settings.enforce,
             windows=len(windows),
+            device=self.settings.device,
         )
 
     # baselines
@@ -221,85 +248,146 @@ class GpuSession:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
         elif report.when == "teardown" and report.outcome == "failed":
-            self.outcomes[report.nodeid] = ("failed", False)
+            self.outcomes.setdefault(report.nodeid, ("failed", False))
+        view = getattr(report, "gpuprof", None)
+        if isinstance(view, dict):
+            self.views[report.nodeid] = view
+        if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
+            # pytest-xdist's report for the test a worker was running when it died
+            self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
 
-    def finished(self) -> list[GpuRecord]:
-        for nodeid, record in self.records.items():
-            record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
-        return list(self.records.values())
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if call.when == "teardown" and item.nodeid in self.records:
+            # Everything the controller needs travels with the report (pytest-xdist sends
+            # its __dict__), so a worker's tests are reported like local ones.
+            report.gpuprof = self.view(item.nodeid)
+        return report
+
+    def view(self, nodeid: str) -> dict[str, Any]:
+        """One test as every output needs it: report entry, table row, breach and compare lines, page data."""
+        from pytest_gpuprof.report import breach_details, row
+
+        record = self.records[nodeid]
+        record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
+        view: dict[str, Any] = {
+            "test": record.to_dict(),
+            "row": row(record),
+            "details": breach_details(record),
+            "compare": self.compare_lines(nodeid),
+            "machine": self.machine(),
+        }
+        if self.settings.html is not None:
+            from pytest_gpuprof.html import page_data
+
+            view["html"] = page_data(record, self.timelines.get(nodeid))
+        return view
+
+    def compare_lines(self, nodeid: str) -> list[str]:
+        if self.baseline is None:
+            return []
+        if not any(t.get("nodeid") == nodeid for t in self.baseline["tests"]):
+            return [f"{nodeid}: new (not in the baseline)"]
+        changes = self.changes.get(nodeid, [])
+        notable = [c for c in changes if c.verdict != "unchanged"]
+        verdict = ", ".join(sorted({c.verdict for c in notable})) or "unchanged"
+        return [f"{nodeid}: {verdict}", *(f"    {c.describe()}" for c in notable)]
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    def merged(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every test once, in run order, and the machine: from this process or the workers."""
+        tests = [v["test"] for v in self.views.values()]
+        tests += [
+            {"nodeid": nodeid, "outcome": "failed", "crashed": reason}
+            for nodeid, reason in self.crashed.items()
+            if nodeid not in self.views
+        ]
+        machines = [v["machine"] for v in self.views.values()]
+        machine = dict(machines[0]) if machines else self.machine()
+        devices = sorted({t["device"] for t in tests if "device" in t})
+        if devices:
+            machine["devices"] = devices
+        return tests, machine
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        records = self.finished()
-        if not records:
+        if self.is_worker or not (self.views or self.crashed):
             return
-        from pytest_gpuprof.report import breach_details, table
+        from pytest_gpuprof.report import table
 
+        views = list(self.views.values())
         tr = terminalreporter
-        tr.section(f"gpuprof: true GPU utilization (truth: {self.truth}, backend: {self.backend_name})")
-        for line in table(records):
+        truths = sorted({v["test"]["metrics"]["truth"] for v in views}) or [self.truth]
+        tr.section(f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.backend_name})")
+        for line in table([v["row"] for v in views]):
             tr.write_line(line)
-        details = breach_details(records)
+        for nodeid, reason in self.crashed.items():
+            tr.write_line(f"{nodeid}: lost: {reason}")
+        details = [line for v in views for line in v["details"]]
         if details:
             tr.write_line("")
             tr.write_line("budget breaches and where the time went:")
             for line in details:
                 tr.write_line(line)
-        if self.baseline is not None:
+        compare = [line for v in views for line in v["compare"]]
+        if compare:
             tr.write_line("")
-            tr.write_line(f"compared with baseline {self.baseline_path}:")
-            for line in self.compare_lines(records):
+            tr.write_line(f"compared with baseline {self.baseline_path or self.settings.compare}:")
+            for line in compare:
                 tr.write_line(f"  {line}")
-        if self.settings.report is not None:
-            tr.write_line(f"gpuprof: JSON report written to {self.settings.report}")
-        if self.saved is not None:
-            tr.write_line(f"gpuprof: baseline saved as {self.saved}")
-        if self.settings.html is not None:
-            tr.write_line(f"gpuprof: HTML report written to {self.settings.html}")
+        sharing = self.sharing_note(views)
+        if sharing:
+            tr.write_line(sharing)
+        for line in self.written:
+            tr.write_line(line)
         if self.settings.trace is not None:
             tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
+
+    def sharing_note(self, views: list[dict[str, Any]]) -> str | None:
+        workers = self.config.getoption("numprocesses", None) if not self.is_worker else None
+        if not workers:
+            return None
+        devices = sorted({v["test"].get("device", 0) for v in views})
+        if len(devices) < int(workers):
+            return f"gpuprof: {workers} xdist workers shared {len(devices)} device(s) {devices}: their timings overlap"
+        return f"gpuprof: {workers} xdist workers on devices {devices}"
 
     def machine(self) -> dict[str, Any]:
         from pytest_gpuprof.report import machine_record
 
         return machine_record(self.device.to_dict(), self.truth)
 
-    def compare_lines(self, records: list[GpuRecord]) -> list[str]:
-        known = {t.get("nodeid") for t in self.baseline["tests"]} if self.baseline else set()
-        lines = []
-        for record in records:
-            changes = self.changes.get(record.nodeid)
-            if record.nodeid not in known:
-                lines.append(f"{record.nodeid}: new (not in the baseline)")
-            elif changes:
-                notable = [c for c in changes if c.verdict != "unchanged"]
-                verdict = ", ".join(sorted({c.verdict for c in notable})) or "unchanged"
-                lines.append(f"{record.nodeid}: {verdict}")
-                lines.extend(f"    {c.describe()}" for c in notable)
-        return lines
-
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         s = self.settings
+        if self.is_worker or not (self.views or self.crashed):
+            return
         if s.report is None and s.save is None and s.html is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
             return
-        records = self.finished()
-        from pytest_gpuprof.report import build_report, markdown_summary, write_json
+        from pytest_gpuprof.report import build_report, markdown_summary, write_atomic, write_json
 
-        report = build_report(records, self.machine())
+        tests, machine = self.merged()
+        report = build_report(tests, machine)
         if s.report is not None:
             write_json(s.report, report)
+            self.written.append(f"gpuprof: JSON report written to {s.report}")
         if s.html is not None:
             from pytest_gpuprof.html import render
-            from pytest_gpuprof.report import write_atomic
 
-            write_atomic(s.html, render(((r, self.timelines.get(r.nodeid)) for r in records), report["machine"]))
+            pages = [v["html"] for v in self.views.values() if v.get("html")]
+            write_atomic(s.html, render(pages, machine))
+            self.written.append(f"gpuprof: HTML report written to {s.html}")
         if s.save is not None:
             from pytest_gpuprof import storage
 
-            self.saved = storage.save(report, s.storage, s.save)
+            self.written.append(f"gpuprof: baseline saved as {storage.save(report, s.storage, s.save)}")
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary and records:
+        if summary:
+            compare = [line for v in self.views.values() for line in v["compare"]]
             with open(summary, "a", encoding="utf-8") as f:
-                f.write(markdown_summary(records, report["machine"], self.compare_lines(records)))
+                f.write(markdown_summary([t for t in tests if "metrics" in t], machine, compare))
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:

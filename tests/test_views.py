@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpuprof import metrics
 from pytest_gpuprof.budget import Budget, evaluate
-from pytest_gpuprof.html import render
+from pytest_gpuprof.html import page_data, render
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 from pytest_gpuprof.report import GpuRecord
 from pytest_gpuprof.trace import file_name, trace_events
@@ -82,7 +82,9 @@ def record_for(timeline, nodeid="t.py::test"):
 
 
 def test_html_escapes_untrusted_names_and_fetches_nothing():
-    page = render([(record_for(sample_timeline(), nodeid=f"t.py::test[{EVIL}]"), sample_timeline())], {"id": "m"})
+    page = render(
+        [page_data(record_for(sample_timeline(), nodeid=f"t.py::test[{EVIL}]"), sample_timeline())], {"id": "m"}
+    )
     assert EVIL not in page
     assert "<script>alert" not in page and "<img" not in page
     assert page.count("<script") == 2  # the data block and the page's own script
@@ -96,7 +98,7 @@ def test_html_escapes_untrusted_names_and_fetches_nothing():
 
 def test_html_stays_small_with_50000_kernels():
     timeline = sample_timeline(kernels=50_000)
-    page = render([(record_for(timeline), timeline)], {"id": "m"})
+    page = render([page_data(record_for(timeline), timeline)], {"id": "m"})
     assert len(page) < 600_000, len(page)
     data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.S)[1])
     (kernels,) = [lane for lane in data["tests"][0]["lanes"] if lane["kind"] == "kernel"]

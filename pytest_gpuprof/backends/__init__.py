@@ -137,6 +137,18 @@ def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
     return "host", f"no CUDA device: {reason}"
 
 
+def cuda_unavailable(device: int) -> str | None:
+    from pytest_gpuprof.backends import cuda
+
+    return cuda.unavailable(device)
+
+
+def cuda_device_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
 def create(name: str, device: int, *, cupti: bool) -> Backend:
     if name == "cuda":
         from pytest_gpuprof.backends.cuda import CudaBackend

@@ -1,0 +1,80 @@
+"""pytest-xdist: workers pinned to devices (host 'devices' are logical slots), one merged report."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xdist")
+
+SUITE = """
+import os, time, pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_pipeline(gpu_workload, i):
+    gpu_workload.partitions(n=2, upload_bytes=1 << 20, compute_ms=1, rounds=1, warmup=0)
+
+@pytest.mark.gpu_budget(min_utilization=0.5)
+def test_idle(gpuprof):
+    with gpuprof.step("prepare"):
+        time.sleep(0.01)
+"""
+
+
+def run(pytester, *args):
+    return pytester.runpytest("--gpu-backend=host", "--gpu-budget", "--gpu-report=r.json", *args)
+
+
+def test_merged_report_holds_every_test_once_with_its_slot(pytester):
+    pytester.makepyfile(SUITE)
+    result = run(pytester, "-n", "2", "--gpu-devices=all", "--gpu-save=main")
+    result.assert_outcomes(passed=6, failed=1)
+    report = json.loads(Path(pytester.path, "r.json").read_text())
+    ids = [t["nodeid"] for t in report["tests"]]
+    assert len(ids) == len(set(ids)) == 7
+    assert {t["device"] for t in report["tests"]} == {0, 1}
+    assert report["machine"]["devices"] == [0, 1]
+    assert len(list(Path(pytester.path, ".gpuprof").glob("*/*.json"))) == 1  # saved once, by the controller
+    result.stdout.fnmatch_lines(["*gpuprof: 2 xdist workers on devices [[]0, 1]*"])
+    # the same verdict as without xdist, with the same message
+    result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
+    result.stdout.fnmatch_lines(["*test_idle*FAIL: breach min_utilization*"])
+
+
+def test_same_verdicts_without_xdist(pytester):
+    pytester.makepyfile(SUITE)
+    run(pytester).assert_outcomes(passed=6, failed=1)
+    report = json.loads(Path(pytester.path, "r.json").read_text())
+    assert {t["nodeid"].split("::")[1]: t["outcome"] for t in report["tests"]}["test_idle"] == "failed"
+    assert {t["device"] for t in report["tests"]} == {0}
+
+
+def test_workers_sharing_one_device_are_told(pytester):
+    pytester.makepyfile(SUITE)
+    result = run(pytester, "-n", "2", "--gpu-devices=0")
+    result.assert_outcomes(passed=6, failed=1)
+    result.stdout.fnmatch_lines(["*gpuprof: 2 xdist workers shared 1 device(s) [[]0]: their timings overlap*"])
+
+
+def test_a_crashed_worker_loses_only_its_test(pytester):
+    pytester.makepyfile(
+        SUITE
+        + """
+def test_crash(gpuprof):
+    with gpuprof.step("doomed"):
+        os._exit(3)
+"""
+    )
+    result = run(pytester, "-n", "2", "--gpu-devices=all")
+    result.assert_outcomes(passed=6, failed=2)
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads(Path(pytester.path, "r.json").read_text())["tests"]}
+    assert "crashed" in tests["test_crash"] and tests["test_crash"]["outcome"] == "failed"
+    assert len(tests) == 8
+    result.stdout.fnmatch_lines(["*test_crash: lost: *crashed*"])
+
+
+def test_bad_device_list_is_a_usage_error(pytester):
+    pytester.makepyfile(SUITE)
+    result = run(pytester, "--gpu-devices=zero")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-devices=zero: expected 'all' or device indices such as 0,1*"])
