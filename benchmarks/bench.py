@@ -138,7 +138,9 @@ def accuracy(cp, profiler, workload) -> None:
             start = time.perf_counter_ns()
             a, b = cp.cuda.Event(), cp.cuda.Event()
             a.record(stream)
-            workload.compute(ms=on_ms, stream=stream)
+            with profiler.step("compute"):
+                workload.backend.compute(on_ms, kind="matmul", stream=stream)
+                stream.synchronize()
             b.record(stream)
             time.sleep(off_ms / 1000)
             refs.append(cp.cuda.get_elapsed_time(a, b) * 1e6 / (time.perf_counter_ns() - start))
@@ -222,6 +224,33 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def gate_reliability(workload) -> None:
+    """The regression gate on unchanged code and on code slowed by 10%, 20 runs each."""
+    from pytest_gpuprof.compare import judge, parse_thresholds
+
+    (wall,) = parse_thresholds("wall_ms:+5%")
+
+    def run(extra_ms: float) -> list[float]:
+        """5 rounds of the two-lock pipeline; ``extra_ms`` of host work injected in each."""
+        samples = []
+        for _ in range(5):
+            with workload.profiler.window("gate") as done:
+                workload.partitions(n=4, upload_bytes=1 << 30, strategy="two-lock")
+                time.sleep(extra_ms / 1000)
+            samples.append(done[0].metrics.wall_ms)
+        return samples
+
+    baseline = run(0)
+    base_ms = statistics.median(baseline)
+    false_alarms = sum(judge(wall, baseline, run(0)).verdict == "regression" for _ in range(20))
+    caught = sum(judge(wall, baseline, run(0.1 * base_ms)).verdict == "regression" for _ in range(20))
+    row(
+        "gate wall_ms:+5%, 5 rounds a side (two-lock, 4 x 1 GiB)",
+        f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
+        f"baseline wall median {base_ms:.1f} ms",
+    )
+
+
 def repeatability(workload) -> None:
     for strategy in ("single-lock", "two-lock"):
         runs = [workload.partitions(n=8, strategy=strategy, rounds=1, warmup=1 if i == 0 else 0) for i in range(10)]
@@ -256,6 +285,7 @@ def main() -> None:
     accuracy(cp, profiler, workload)
     anchors(cp, profiler)
     repeatability(workload)
+    gate_reliability(workload)
     workload.close()
     backend.close()
 
