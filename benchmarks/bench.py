@@ -108,22 +108,23 @@ def unused_plugin_cost() -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
         def run(*extra: str) -> float:
-            best = float("inf")
-            for _ in range(5):
-                start = time.perf_counter()
-                subprocess.run(
-                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
-                    check=True,
-                    capture_output=True,
-                    env=env,
-                )
-                best = min(best, time.perf_counter() - start)
-            return best
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
+                check=True,
+                capture_output=True,
+                env=env,
+            )
+            return time.perf_counter() - start
 
-        without = run("-p", "no:gpuprof")
-        with_plugin = run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")
+        run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")  # compile once
+        times: dict[str, list[float]] = {"without": [], "with": []}
+        for _ in range(7):  # alternated, so that drift in the machine hits both alike
+            times["without"].append(run("-p", "no:gpuprof"))
+            times["with"].append(run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host"))
+        without, with_plugin = statistics.median(times["without"]), statistics.median(times["with"])
         row(
-            "1,000 trivial tests, plugin loaded vs not (best of 5)",
+            "1,000 trivial tests, plugin loaded vs not (median of 7, alternated)",
             f"{with_plugin:.2f} s ({100 * (with_plugin / without - 1):+.1f}%)",
             f"{without:.2f} s without",
         )
@@ -251,6 +252,31 @@ def gate_reliability(workload) -> None:
     )
 
 
+def gate_reliability_kernels(profiler, workload) -> None:
+    """The same gate on a steady workload: 20 ms of matmuls a round; slowed by 2 ms of them."""
+    from pytest_gpuprof.compare import judge, parse_thresholds
+
+    (wall,) = parse_thresholds("wall_ms:+5%")
+    stream = workload.backend.stream()
+
+    def run(ms: float) -> list[float]:
+        def body() -> None:
+            with profiler.step("compute"):
+                workload.backend.compute(ms, kind="matmul", stream=stream)
+                stream.synchronize()
+
+        return list(profiler.measure(body, rounds=5, warmup=1).rounds["wall_ms"].samples)
+
+    baseline = run(20)
+    false_alarms = sum(judge(wall, baseline, run(20)).verdict == "regression" for _ in range(20))
+    caught = sum(judge(wall, baseline, run(22)).verdict == "regression" for _ in range(20))
+    row(
+        "gate wall_ms:+5%, 5 rounds a side (20 ms of matmuls)",
+        f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
+        f"baseline wall median {statistics.median(baseline):.2f} ms",
+    )
+
+
 def repeatability(workload) -> None:
     for strategy in ("single-lock", "two-lock"):
         runs = [workload.partitions(n=8, strategy=strategy, rounds=1, warmup=1 if i == 0 else 0) for i in range(10)]
@@ -272,20 +298,33 @@ def main() -> None:
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 
+    only = set(sys.argv[1:])  # e.g. "gate plugin": run just those rows
+
+    def wanted(name: str) -> bool:
+        return not only or name in only
+
     print(f"{'row':<58} {'pytest-gpuprof':<34} reference", flush=True)
-    cupti_cost(cp)  # before any capture is registered in this process
-    unused_plugin_cost()
+    if wanted("cupti"):
+        cupti_cost(cp)  # before any capture is registered in this process
+    if wanted("plugin"):
+        unused_plugin_cost()
     backend = CudaBackend(0, cupti=True)
     backend.begin()
     profiler = Profiler(backend)
     device = GpuDevice(backend, backend.info())
     workload = GpuWorkload(profiler, device, rounds=1, warmup=0)
-    step_cost(cp, backend, profiler)
-    first_kernel_latency(cp, backend, profiler)
-    accuracy(cp, profiler, workload)
-    anchors(cp, profiler)
-    repeatability(workload)
-    gate_reliability(workload)
+    backend.prepare()
+    if wanted("step"):
+        step_cost(cp, backend, profiler)
+        first_kernel_latency(cp, backend, profiler)
+    if wanted("accuracy"):
+        accuracy(cp, profiler, workload)
+        anchors(cp, profiler)
+    if wanted("repeatability"):
+        repeatability(workload)
+    if wanted("gate"):
+        gate_reliability_kernels(profiler, workload)
+        gate_reliability(workload)
     workload.close()
     backend.close()
 

@@ -261,11 +261,10 @@ def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     session = request.config.stash[SESSION]
     profiler = session.profiler(request.node.stash.get(BUDGET, Budget()))
     request.node.stash[PROFILER] = profiler
-    memory_before = profiler.backend.memory_in_use()
     try:
         yield profiler
     finally:
-        session.release(request.node.nodeid, profiler, memory_before)
+        session.release(request.node.nodeid, profiler)
 
 
 @pytest.fixture
@@ -276,6 +275,8 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
     settings = pytestconfig.stash[SESSION].settings
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)
     gpuprof.backend.prepare()
+    # the kernels' own buffers live for the session: not this test's memory
+    gpuprof.memory_before = gpuprof.backend.memory_in_use()
     try:
         yield workload
     finally:

@@ -84,6 +84,8 @@ class Profiler:
         self.sampler = sampler
         self.windows: list[Window] = []
         self.enforce = enforce
+        # device memory held when the test started: what it must give back by its end
+        self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
         self._watched_examples: set[int] = set()
         self._lock = threading.Lock()

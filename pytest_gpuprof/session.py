@@ -221,7 +221,7 @@ class GpuSession:
         lines += [f"  {c.describe()}" for c in regressed]
         return "\n".join(lines)
 
-    def release(self, nodeid: str, profiler: Profiler, memory_before: int) -> None:
+    def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and
         check that its device memory came back (a failed test's traceback may still hold
         buffers, so only a passing test is held to that)."""
@@ -234,7 +234,7 @@ class GpuSession:
                     self._record(nodeid, profiler, windows)
             self.backend.drain()
         gc.collect()
-        held = self.backend.memory_in_use() - memory_before
+        held = self.backend.memory_in_use() - profiler.memory_before
         passed = self.outcomes.get(nodeid, ("passed", False))[0] == "passed"
         leaks = list(profiler.leaks)
         if held > 0 and passed:
@@ -252,7 +252,7 @@ class GpuSession:
         view = getattr(report, "gpuprof", None)
         if isinstance(view, dict):
             self.views[report.nodeid] = view
-        if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
+        if report.failed and (report.when == "???" or "crashed while running" in str(report.longrepr)):
             # pytest-xdist's report for the test a worker was running when it died
             self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
 

@@ -99,7 +99,10 @@ class _Pool:
             blocks = self._free.get(nbytes)
             array = blocks.pop() if blocks else None
         if array is None:
-            array = np.empty(nbytes, dtype=np.uint8)
+            # A GPU allocator maps device memory when it allocates; here the first write
+            # would map the pages, inside whichever copy came first. Map them now.
+            array = np.zeros(nbytes, dtype=np.uint8)
+            array[:: os.sysconf("SC_PAGE_SIZE") if nbytes else 1] = 0
         with self._lock:
             self.in_use += nbytes
         buffer = HostBuffer(array)
