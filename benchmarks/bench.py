@@ -1,7 +1,9 @@
 """pytest-gpuprof against the tools a GPU engineer would otherwise use, side by side.
 
-Run on a CUDA machine: ``python benchmarks/bench.py`` (CuPy, cupti-python, triton for the
-do_bench row). Prints one table; each row is measured in this run.
+Run on a CUDA machine: ``python benchmarks/bench.py [ROW ...]`` (CuPy, cupti-python,
+triton for the do_bench row; ROW: cupti, plugin, step, accuracy, repeatability, gate).
+``python benchmarks/bench.py --host`` runs the gate rows on the host backend. Prints one
+table; each row is measured in this run.
 """
 
 from __future__ import annotations
@@ -231,12 +233,14 @@ def gate_reliability(workload) -> None:
 
     (wall,) = parse_thresholds("wall_ms:+5%")
 
+    size = 1 << 30 if workload.backend.name == "cuda" else 64 << 20
+
     def run(extra_ms: float) -> list[float]:
         """5 rounds of the two-lock pipeline; ``extra_ms`` of host work injected in each."""
         samples = []
         for _ in range(5):
             with workload.profiler.window("gate") as done:
-                workload.partitions(n=4, upload_bytes=1 << 30, strategy="two-lock")
+                workload.partitions(n=4, upload_bytes=size, strategy="two-lock")
                 time.sleep(extra_ms / 1000)
             samples.append(done[0].metrics.wall_ms)
         return samples
@@ -246,7 +250,7 @@ def gate_reliability(workload) -> None:
     false_alarms = sum(judge(wall, baseline, run(0)).verdict == "regression" for _ in range(20))
     caught = sum(judge(wall, baseline, run(0.1 * base_ms)).verdict == "regression" for _ in range(20))
     row(
-        "gate wall_ms:+5%, 5 rounds a side (two-lock, 4 x 1 GiB)",
+        f"gate wall_ms:+5%, 5 rounds a side (two-lock, 4 x {size >> 20} MiB)",
         f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
         f"baseline wall median {base_ms:.1f} ms",
     )
@@ -263,7 +267,7 @@ def gate_reliability_kernels(profiler, workload) -> None:
         def body() -> None:
             with profiler.step("compute"):
                 workload.backend.compute(ms, kind="matmul", stream=stream)
-                stream.synchronize()
+                workload.backend.synchronize(stream)
 
         return list(profiler.measure(body, rounds=5, warmup=1).rounds["wall_ms"].samples)
 
@@ -290,7 +294,27 @@ def repeatability(workload) -> None:
         )
 
 
+def host_main() -> None:
+    """The rows that mean something without a GPU: the gate, on the host backend."""
+    from pytest_gpuprof.backends.host import HostBackend
+    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.workload import GpuWorkload
+
+    print(f"{'row (host backend)':<58} {'pytest-gpuprof':<34} reference", flush=True)
+    backend = HostBackend()
+    profiler = Profiler(backend)
+    workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=1, warmup=0)
+    gate_reliability_kernels(profiler, workload)
+    gate_reliability(workload)
+    workload.close()
+    backend.close()
+
+
 def main() -> None:
+    if "--host" in sys.argv:
+        host_main()
+        return
     import cupy as cp
 
     from pytest_gpuprof.backends.cuda import CudaBackend

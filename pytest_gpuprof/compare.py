@@ -1,14 +1,19 @@
 """Regression gates: compare-fail expressions and the verdict of one metric's change.
 
 A change counts as a regression only when it is beyond the threshold and statistically
-clear over the rounds: the one-sided 95% bootstrap interval of the difference of medians
-(current minus baseline, 4,000 resamples, fixed seed) lies entirely beyond the threshold.
-When the median change is beyond the threshold but the interval is not, the verdict is
-``inconclusive``. Fewer than 3 samples on a side never give a verdict.
+clear over the rounds: a one-sided Mann-Whitney U test of the current rounds, moved back
+by the threshold, against the baseline rounds rejects "no worse than the threshold" at
+p < 0.05 (exact null distribution without ties, normal approximation with them). When
+the median moved beyond the threshold but the test does not reject, the verdict is
+``inconclusive``. It is a rank test: one stray round moves the verdict by one rank, not
+by its size. With 5 rounds a side the smallest p is 1/252; with 3 it is 1/20, which
+never clears 0.05, so fewer than 4 rounds a side never give a verdict.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,9 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-RESAMPLES = 4000
-CONFIDENCE = 0.95
-MIN_SAMPLES = 3
+ALPHA = 0.05
+EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
 FRACTIONS = ("utilization", "busy_utilization", "reported_utilization", "discrepancy", "nvml.util_mean")
 
 _EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
@@ -81,8 +85,7 @@ class Change:
     verdict: Verdict
     baseline: float | None
     current: float | None
-    low: float | None = None
-    high: float | None = None
+    p_value: float | None = None
     samples: tuple[int, int] = (0, 0)
 
     def describe(self) -> str:
@@ -93,15 +96,11 @@ class Change:
         fmt = _formatter(t.metric)
         change = self.current - self.baseline
         relative = f", {100 * change / self.baseline:+.1f}%" if self.baseline else ""
-        interval = (
-            f"; 95% interval of the change [{fmt(self.low, True)}, {fmt(self.high, True)}]"
-            if self.low is not None and self.high is not None
-            else ""
-        )
-        rounds = f"{self.samples[0]} vs {self.samples[1]} rounds"
+        test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
         return (
             f"{t.metric}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
-            f"({fmt(change, True)}{relative}; limit {t.text}; {rounds}{interval}): {self.verdict}"
+            f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
+            f"{self.verdict}"
         )
 
 
@@ -118,37 +117,52 @@ def judge(threshold: Threshold, baseline: Sequence[float], current: Sequence[flo
     base_median, cur_median = float(np.median(baseline)), float(np.median(current))
     delta = threshold.delta(base_median)
     sign = threshold.direction
-    worse = sign * (cur_median - base_median)
-    n = (len(baseline), len(current))
-    if min(n) < MIN_SAMPLES:
-        verdict: Verdict = "inconclusive" if worse > delta else ("unchanged" if worse >= -delta else "inconclusive")
-        return Change(threshold, verdict, base_median, cur_median, samples=n)
-    low, high = bootstrap_interval(baseline, current)
-    # the interval of the change in the worse direction
-    worse_low, worse_high = sorted((sign * low, sign * high))
-    if worse_low > delta:
-        verdict = "regression"
-    elif worse_high < -delta:
-        verdict = "improvement"
-    elif worse > delta or worse < -delta:
-        verdict = "inconclusive"
+    # "worse" is up for wall_ms:+10% and down for utilization:-2pt: test in that orientation
+    base = [sign * v for v in baseline]
+    cur = [sign * v for v in current]
+    worse_p = mann_whitney_greater(base, [c - delta for c in cur])
+    better_p = mann_whitney_greater([c + delta for c in cur], base)
+    moved = sign * (cur_median - base_median)
+    verdict: Verdict
+    if worse_p < ALPHA:
+        verdict, p = "regression", worse_p
+    elif better_p < ALPHA:
+        verdict, p = "improvement", better_p
     else:
-        verdict = "unchanged"
-    return Change(threshold, verdict, base_median, cur_median, low, high, n)
+        verdict, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
+    return Change(threshold, verdict, base_median, cur_median, p, (len(baseline), len(current)))
 
 
-def bootstrap_interval(baseline: Sequence[float], current: Sequence[float]) -> tuple[float, float]:
-    """Central ``2*CONFIDENCE-1`` interval of median(current) - median(baseline), so that each
-    tail holds ``1-CONFIDENCE``: a one-sided test at ``CONFIDENCE`` either way."""
-    rng = np.random.default_rng(20261129)
-    base = np.asarray(baseline, dtype=float)
-    cur = np.asarray(current, dtype=float)
-    base_medians = np.median(base[rng.integers(0, base.size, (RESAMPLES, base.size))], axis=1)
-    cur_medians = np.median(cur[rng.integers(0, cur.size, (RESAMPLES, cur.size))], axis=1)
-    diffs = cur_medians - base_medians
-    tail = 100 * (1 - CONFIDENCE)
-    low, high = np.percentile(diffs, [tail, 100 - tail])
-    return float(low), float(high)
+def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
+    """One-sided p-value of the Mann-Whitney U test that ``y`` tends to exceed ``x``."""
+    n, m = len(x), len(y)
+    u = sum(1.0 if b > a else 0.5 if b == a else 0.0 for a in x for b in y)
+    if len(set(x) | set(y)) == n + m and n * m <= EXACT_PAIRS:
+        counts = _u_counts(n, m)
+        return sum(counts[int(u) :]) / sum(counts)
+    # ties, or many rounds: normal approximation with tie and continuity corrections
+    values = np.concatenate([np.asarray(x, float), np.asarray(y, float)])
+    _, tie_sizes = np.unique(values, return_counts=True)
+    total = n + m
+    variance = n * m / 12 * ((total + 1) - float(np.sum(tie_sizes**3 - tie_sizes)) / (total * (total - 1)))
+    if variance <= 0:
+        return 1.0
+    z = (u - n * m / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+@functools.lru_cache(maxsize=256)
+def _u_counts(n: int, m: int) -> tuple[int, ...]:
+    """How many orderings of n x's and m y's (no ties) give each U = 0 .. n*m."""
+    if n == 0 or m == 0:
+        return (1,)
+    counts = [0] * (n * m + 1)
+    # the largest value is an x (no y exceeds it) or a y (it exceeds all n x's)
+    for u, c in enumerate(_u_counts(n - 1, m)):
+        counts[u] += c
+    for u, c in enumerate(_u_counts(n, m - 1)):
+        counts[u + n] += c
+    return tuple(counts)
 
 
 def _median(values: Sequence[float]) -> float | None:

@@ -43,7 +43,7 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
     result.stdout.fnmatch_lines(
         [
             "*GPU regression against baseline *0001_main.json:",
-            "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; 95% interval of the change *): regression",
+            "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; one-sided Mann-Whitney p=0.00397): regression",
             "*utilization: baseline *% -> *% (-*pt*limit utilization:-5pt*): regression",
         ]
     )
