@@ -53,7 +53,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
                 "kind": lane.kind,
                 "items": [
                     [i.start / 1000, i.end / 1000, i.label, i.count, i.args]
-                    for i in aggregate(lane.items, span, MAX_ITEMS, f"{lane.kind}s")
+                    for i in aggregate(lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind == "idle")
                 ],
             }
             for lane in lanes
@@ -220,8 +220,11 @@ function draw(svg, t) {
     g.append(el("svg:text", {x: 2, y: y + 13, "font-size": 11}, lane.name));
     for (const [s, e, label, count, args] of lane.items) {
       if (e < v0 || s > v1) continue;
-      const x = LABEL + Math.max(0, (s - v0) * scale), w = Math.max(1, (Math.min(e, v1) - Math.max(s, v0)) * scale);
-      const r = el("svg:rect", {x, y: y + 2, width: w, height: ROW - 4,
+      const raw = (Math.min(e, v1) - Math.max(s, v0)) * scale;
+      const x = LABEL + Math.max(0, (s - v0) * scale), w = Math.max(1, raw);
+      // an idle gap narrower than a pixel is drawn faint, not as a pixel of solid idle
+      const opacity = lane.kind === "idle" ? Math.min(1, Math.max(0.15, raw)) : 1;
+      const r = el("svg:rect", {x, y: y + 2, width: w, height: ROW - 4, "fill-opacity": opacity,
         fill: lane.kind === "idle" ? hue(label) : COLORS[lane.kind] || "#888", class: "item"});
       r.append(el("svg:title", {}, `${label}: ${((e - s) / 1000).toFixed(3)} ms` + (count > 1 ? ` (${count} merged)` : "") +
         (args && Object.keys(args).length ? " " + JSON.stringify(args) : "")));

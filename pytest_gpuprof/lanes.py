@@ -96,9 +96,11 @@ def idle_items(timeline: Timeline) -> list[Item]:
     return out
 
 
-def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items") -> list[Item]:
+def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items", *, by_label: bool = False) -> list[Item]:
     """At most about ``buckets`` items: those in the same 1/buckets of ``span`` are merged,
-    keeping their count, so that tens of thousands of kernels stay drawable."""
+    keeping their count, so that tens of thousands of kernels stay drawable. ``by_label``
+    merges only neighbours of the same label and keeps it (idle stretches keep the step
+    they were charged to)."""
     if len(items) <= buckets or span <= 0:
         return items
     width = span / buckets
@@ -109,10 +111,11 @@ def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items") -
     out: list[Item] = []
     for item in items:
         bucket = bucket_of(item)
-        if out and bucket_of(out[-1]) == bucket:
+        if out and bucket_of(out[-1]) == bucket and (not by_label or out[-1].label == item.label):
             last = out[-1]
             count = last.count + item.count
-            out[-1] = Item(last.start, max(last.end, item.end), f"{count} {noun}", {}, count)
+            label = last.label if by_label else f"{count} {noun}"
+            out[-1] = Item(last.start, max(last.end, item.end), label, {}, count)
         else:
             out.append(item)
     return out
