@@ -113,9 +113,3 @@ def read_budget_file(path: Path) -> Budget:
         return parse_budget(nested if nested is not None else data, str(path))
     except BudgetError as e:
         raise ConfigError(str(e)) from None
-
-
-def positive(value: int | None, option: str, minimum: int) -> int | None:
-    if value is not None and value < minimum:
-        raise ConfigError(f"{option}={value}: must be at least {minimum}")
-    return value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof.model import UNATTRIBUTED, DeviceInterval, Sample, Span, Timeline, Truth
@@ -33,15 +33,7 @@ class StepMetrics:
     pageable: bool
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "count": self.count,
-            "host_ms": self.host_ms,
-            "host_ms_max": self.host_ms_max,
-            "idle_ms": self.idle_ms,
-            "bytes": self.bytes,
-            "gbps": self.gbps,
-            "pageable": self.pageable,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +47,7 @@ class NvmlMetrics:
     samples: int
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "util_mean": self.util_mean,
-            "power_mean_w": self.power_mean_w,
-            "power_max_w": self.power_max_w,
-            "mem_used_max_bytes": self.mem_used_max_bytes,
-            "samples": self.samples,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

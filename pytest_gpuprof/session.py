@@ -54,7 +54,6 @@ class GpuSession:
         self.written: list[str] = []
         self.baseline: dict[str, Any] | None = None
         self.baseline_path: Path | None = None
-        self.saved: Path | None = None
         self._backend: backends.Backend | None = None
 
     def _pick_device(self, settings: Settings) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -33,10 +33,4 @@ class Summary:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "median": self.median,
-            "min": self.min,
-            "max": self.max,
-            "iqr": self.iqr,
-            "samples": list(self.samples),
-        }
+        return {**asdict(self), "samples": list(self.samples)}

@@ -6,7 +6,7 @@ activity records or, failing that, CUDA events. Backends only produce timelines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.model import DeviceInterval, Truth
@@ -23,7 +23,6 @@ class DeviceInfo:
     driver: str = ""
     pcie_gen: int | None = None
     pcie_width: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def pcie(self) -> str:
@@ -58,8 +57,6 @@ class Backend(Protocol):
     def wait(self, stream: Any, event: Any) -> None:
         """Make later work on ``stream`` wait for ``event`` on the device, not on the host."""
         ...
-
-    def event_synchronize(self, event: Any) -> None: ...
 
     def synchronize(self, stream: Any = None) -> None:
         """Block the host until ``stream`` (or the whole device) is idle."""

@@ -125,7 +125,6 @@ class CudaBackend:
             driver=nvml.driver_version() or f"CUDA driver API {driver // 1000}.{driver % 1000 // 10}",
             pcie_gen=link[0] if link else None,
             pcie_width=link[1] if link else None,
-            extra={"sm_count": int(props["multiProcessorCount"]), "cuda_runtime": cp.cuda.runtime.runtimeGetVersion()},
         )
 
     # streams and events
@@ -149,9 +148,6 @@ class CudaBackend:
     def wait(self, stream: Any, event: Any) -> None:
         with self._device:
             self._on(stream).wait_event(event)
-
-    def event_synchronize(self, event: Any) -> None:
-        event.synchronize()
 
     def synchronize(self, stream: Any = None) -> None:
         with self._device:

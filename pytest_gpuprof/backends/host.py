@@ -181,10 +181,6 @@ class HostBackend:
     def wait(self, stream: HostStream | None, event: HostEvent) -> None:
         self._on(stream).submit(event.wait)
 
-    def event_synchronize(self, event: HostEvent) -> None:
-        event.wait()
-        self._raise_errors()
-
     def synchronize(self, stream: HostStream | None = None) -> None:
         with self._lock:
             targets = [stream] if stream is not None else list(self._streams)
