@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.budget import Breach, Budget, evaluate, failure_message
+from pytest_gpuprof.budget import Breach, Budget, evaluate, failure_message, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
@@ -100,9 +100,9 @@ class Profiler:
     def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> _SpanScope:
         """A host step: nestable, thread-safe; closed and recorded even when its body raises.
 
-        Device work launched inside is tagged with the step (CUPTI correlation). With
-        ``stream``, events are recorded on that stream at both edges: where CUPTI is not
-        available, they are how the step's device time is seen.
+        With ``stream``, a copy that starts on that stream while the step is open is the
+        step's (its bytes, bandwidth and pageable flag), and where CUPTI is not available,
+        events recorded on that stream at both edges are how the step's device time is seen.
         """
         return _SpanScope(self, name, self._steps, bytes, pageable, stream)
 
@@ -192,7 +192,7 @@ class Profiler:
 
     def repeat(self, body: Callable[[int], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
         for i in range(warmup):
-            with self._nested_ok():
+            with self._unmeasured():
                 body(-1 - i)
                 self.backend.synchronize()
         results = []
@@ -204,7 +204,7 @@ class Profiler:
         return self._record(Window(label, merged, results[-1].timeline))
 
     @contextmanager
-    def _nested_ok(self) -> Iterator[None]:
+    def _unmeasured(self) -> Iterator[None]:
         self._measuring += 1
         try:
             yield
@@ -283,8 +283,6 @@ class Profiler:
         Keyword arguments follow ``[tool.gpuprof.budget]``; none given means this test's
         configured budget.
         """
-        from pytest_gpuprof.budget import parse_budget
-
         budget = parse_budget(limits, "gpuprof.check()").merged_over(self.budget) if limits else self.budget
         current = self.metrics
         if current is None:
