@@ -185,16 +185,17 @@ def human_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def pct(x: float | None) -> str:
+    """A fraction as a percentage with one decimal: 0.483 -> '48.3%'; None -> '-'."""
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def describe_breach(b: Breach) -> str:
     if b.kind == "forbid":
         return f'{b.metric.removesuffix(".pageable")} used pageable host memory (pageable = "forbid")'
     is_fraction = b.metric in ("utilization", "discrepancy")
-    shown = _pct(b.value) if is_fraction else f"{b.value:.1f}"
-    limit = _pct(float(b.limit)) if is_fraction else f"{float(b.limit):.1f}"
+    shown = pct(b.value) if is_fraction else f"{b.value:.1f}"
+    limit = pct(float(b.limit)) if is_fraction else f"{float(b.limit):.1f}"
     unit = "" if is_fraction else (" GB/s" if b.metric.endswith("gbps") else " ms")
     sign = "<" if b.kind == "min" else ">"
     return f"{b.metric} {shown}{unit} {sign} {limit}{unit} ({b.key})"
@@ -224,9 +225,9 @@ def explain(metrics: Metrics) -> list[str]:
     lines.append("kernel-idle by step: " + ", ".join(parts))
     observers = []
     if metrics.reported_utilization is not None:
-        observers.append(f"brackets report {_pct(metrics.reported_utilization)}")
+        observers.append(f"brackets report {pct(metrics.reported_utilization)}")
     if metrics.nvml is not None and metrics.nvml.util_mean is not None:
-        observers.append(f"NVML {_pct(metrics.nvml.util_mean)}")
+        observers.append(f"NVML {pct(metrics.nvml.util_mean)}")
     if observers:
         claimed = max(
             v for v in (metrics.reported_utilization, metrics.nvml.util_mean if metrics.nvml else None) if v is not None

@@ -13,15 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuprof.budget import pct
 from pytest_gpuprof.compare import CompareError, compare_tests, parse_thresholds
 from pytest_gpuprof.report import write_json
 from pytest_gpuprof.storage import BaselineError, load
 
 DEFAULT_FAIL = "utilization:-2pt,wall_ms:+10%"
-
-
-def _pct(x: Any) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def show(report: dict[str, Any]) -> list[str]:
@@ -36,7 +33,7 @@ def show(report: dict[str, Any]) -> list[str]:
         wall = metrics.get("wall_ms")
         lines.append(
             f"{t['nodeid']}: {t.get('outcome', '?')}, wall {wall if wall is None else f'{wall:.1f}'} ms, "
-            f"utilization {_pct(metrics.get('utilization'))}, reported {_pct(metrics.get('reported_utilization'))}"
+            f"utilization {pct(metrics.get('utilization'))}, reported {pct(metrics.get('reported_utilization'))}"
             + (f", breaches {', '.join(b.get('key', '?') for b in breaches)}" if breaches else "")
         )
     return lines

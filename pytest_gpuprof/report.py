@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.budget import Breach, Budget, describe_breach, explain
+from pytest_gpuprof.budget import Breach, Budget, describe_breach, explain, pct
 from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
 
 SCHEMA = 1
@@ -122,10 +122,6 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
 HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
 
 
@@ -138,8 +134,8 @@ def row(record: GpuRecord) -> list[str]:
     return [
         record.nodeid,
         f"{m.wall_ms:.1f}",
-        _pct(m.utilization),
-        _pct(m.reported_utilization),
+        pct(m.utilization),
+        pct(m.reported_utilization),
         f"{m.overhead_ms:.1f}",
         f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
         record.verdict,
@@ -179,7 +175,7 @@ def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compa
         m = t["metrics"]
         name = t["nodeid"].replace("|", "\\|")
         lines.append(
-            f"| `{name}` | {m['wall_ms']:.1f} | {_pct(m['utilization'])} | {_pct(m['reported_utilization'])} "
+            f"| `{name}` | {m['wall_ms']:.1f} | {pct(m['utilization'])} | {pct(m['reported_utilization'])} "
             f"| {m['overhead_ms']:.1f} | {t.get('verdict', '-')} |"
         )
     if compare:

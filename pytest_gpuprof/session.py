@@ -38,11 +38,10 @@ class GpuSession:
         self.config = config
         try:
             self.backend_name, self.backend_reason = backends.select(settings.backend, 0)
-            self.settings = replace(settings, device=self._pick_device(settings))
-            if self.backend_name == "cuda":
-                reason = backends.cuda_unavailable(self.settings.device)
-                if reason is not None:
-                    raise RuntimeError(reason)
+            count = backends.cuda_device_count() if self.backend_name == "cuda" else None
+            self.settings = replace(settings, device=self._pick_device(settings, count))
+            if count is not None and self.settings.device >= count:
+                raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
         except RuntimeError as e:
             raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
         self.records: dict[str, GpuRecord] = {}
@@ -56,7 +55,7 @@ class GpuSession:
         self.baseline_path: Path | None = None
         self._backend: backends.Backend | None = None
 
-    def _pick_device(self, settings: Settings) -> int:
+    def _pick_device(self, settings: Settings, cuda_devices: int | None) -> int:
         """The device of this process: ``--gpu-devices`` spreads xdist workers over devices
         (worker i on device i mod the count); host 'devices' are logical slots, one per worker."""
         if settings.devices is None:
@@ -64,8 +63,8 @@ class GpuSession:
         worker = getattr(self.config, "workerinput", {}).get("workerid")
         index = int(worker[2:]) if worker else 0
         if settings.devices == "all":
-            if self.backend_name == "cuda":
-                count = backends.cuda_device_count()
+            if cuda_devices is not None:
+                count = cuda_devices
             else:
                 count = int(getattr(self.config, "workerinput", {}).get("workercount", 1))
             devices: tuple[int, ...] = tuple(range(max(count, 1)))

@@ -134,12 +134,6 @@ def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
     return "host", f"no CUDA device: {reason}"
 
 
-def cuda_unavailable(device: int) -> str | None:
-    from pytest_gpuprof.backends import cuda
-
-    return cuda.unavailable(device)
-
-
 def cuda_device_count() -> int:
     import cupy
 
