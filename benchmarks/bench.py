@@ -102,14 +102,23 @@ def cupti_cost(cp) -> None:
     )
 
 
-def unused_plugin_cost() -> None:
+def unused_plugin_cost(runs: int = 15) -> None:
+    """1,000 trivial tests with and without the plugin, ``runs`` pairs run alternately.
+
+    Whole-process times vary by several percent from run to run, more than the plugin's
+    share: the row gives the median of the paired differences, in wall and in CPU time
+    (user + system of the child), with the interquartile range of the differences.
+    """
+    import resource
+
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_trivial.py").write_text(
             "import pytest\n\n@pytest.mark.parametrize('i', range(1000))\ndef test_trivial(i):\n    assert i >= 0\n"
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
-        def run(*extra: str) -> float:
+        def run(*extra: str) -> tuple[float, float]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
@@ -117,19 +126,22 @@ def unused_plugin_cost() -> None:
                 capture_output=True,
                 env=env,
             )
-            return time.perf_counter() - start
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
-        run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")  # compile once
-        times: dict[str, list[float]] = {"without": [], "with": []}
-        for _ in range(7):  # alternated, so that drift in the machine hits both alike
-            times["without"].append(run("-p", "no:gpuprof"))
-            times["with"].append(run("-p", "pytest_gpuprof.plugin", "--gpu-backend=host"))
-        without, with_plugin = statistics.median(times["without"]), statistics.median(times["with"])
-        row(
-            "1,000 trivial tests, plugin loaded vs not (median of 7, alternated)",
-            f"{with_plugin:.2f} s ({100 * (with_plugin / without - 1):+.1f}%)",
-            f"{without:.2f} s without",
-        )
+        plugin = ("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")
+        run(*plugin)  # compile once
+        pairs = [(run("-p", "no:gpuprof"), run(*plugin)) for _ in range(runs)]
+        for index, label in ((0, "wall"), (1, "CPU")):
+            without = statistics.median(p[0][index] for p in pairs)
+            diffs = sorted(100 * (p[1][index] - p[0][index]) / without for p in pairs)
+            q = statistics.quantiles(diffs, n=4)
+            row(
+                f"1,000 trivial tests, plugin loaded vs not: {label} ({runs} pairs)",
+                f"{statistics.median(diffs):+.1f}% (IQR of pairs {q[0]:+.1f}..{q[2]:+.1f}%)",
+                f"{without:.2f} s without",
+            )
 
 
 def accuracy(cp, profiler, workload) -> None:
@@ -227,7 +239,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def gate_reliability(workload) -> None:
+def gate_reliability(workload, rounds: int = 5) -> None:
     """The regression gate on unchanged code and on code slowed by 10%, 20 runs each."""
     from pytest_gpuprof.compare import judge, parse_thresholds
 
@@ -236,21 +248,23 @@ def gate_reliability(workload) -> None:
     size = 1 << 30 if workload.backend.name == "cuda" else 64 << 20
 
     def run(extra_ms: float) -> list[float]:
-        """5 rounds of the two-lock pipeline; ``extra_ms`` of host work injected in each."""
+        """``rounds`` of the two-lock pipeline; ``extra_ms`` of host work injected in each."""
         samples = []
-        for _ in range(5):
+        for _ in range(rounds):
             with workload.profiler.window("gate") as done:
                 workload.partitions(n=4, upload_bytes=size, strategy="two-lock")
                 time.sleep(extra_ms / 1000)
             samples.append(done[0].metrics.wall_ms)
         return samples
 
+    run(0)  # warm-up: the first rounds pin the host source and grow the pool
     baseline = run(0)
     base_ms = statistics.median(baseline)
+    print(f"    baseline rounds (ms): {' '.join(f'{v:.1f}' for v in baseline)}", flush=True)
     false_alarms = sum(judge(wall, baseline, run(0)).verdict == "regression" for _ in range(20))
     caught = sum(judge(wall, baseline, run(0.1 * base_ms)).verdict == "regression" for _ in range(20))
     row(
-        f"gate wall_ms:+5%, 5 rounds a side (two-lock, 4 x {size >> 20} MiB)",
+        f"gate wall_ms:+5%, {rounds} rounds a side (two-lock, 4 x {size >> 20} MiB)",
         f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
         f"baseline wall median {base_ms:.1f} ms",
     )
@@ -272,8 +286,16 @@ def gate_reliability_kernels(profiler, workload) -> None:
         return list(profiler.measure(body, rounds=5, warmup=1).rounds["wall_ms"].samples)
 
     baseline = run(20)
-    false_alarms = sum(judge(wall, baseline, run(20)).verdict == "regression" for _ in range(20))
-    caught = sum(judge(wall, baseline, run(22)).verdict == "regression" for _ in range(20))
+    print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
+    unchanged = [run(20) for _ in range(20)]
+    slowed = [run(22) for _ in range(20)]
+    print(
+        f"    medians unchanged {min(map(statistics.median, unchanged)):.2f}..{max(map(statistics.median, unchanged)):.2f} ms, "
+        f"slowed {min(map(statistics.median, slowed)):.2f}..{max(map(statistics.median, slowed)):.2f} ms",
+        flush=True,
+    )
+    false_alarms = sum(judge(wall, baseline, u).verdict == "regression" for u in unchanged)
+    caught = sum(judge(wall, baseline, s).verdict == "regression" for s in slowed)
     row(
         "gate wall_ms:+5%, 5 rounds a side (20 ms of matmuls)",
         f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
@@ -282,16 +304,35 @@ def gate_reliability_kernels(profiler, workload) -> None:
 
 
 def repeatability(workload) -> None:
+    """The seed pipeline 10 times: one round each, then as the plugin reports it (medians of 5)."""
+    steps = ("alloc", "upload", "sync", "trim", "compute")
     for strategy in ("single-lock", "two-lock"):
-        runs = [workload.partitions(n=8, strategy=strategy, rounds=1, warmup=1 if i == 0 else 0) for i in range(10)]
-        utils = [100 * r.utilization for r in runs]
-        walls = [r.wall_ms for r in runs]
-        row(
-            f"seed pipeline {strategy}, 10 runs: utilization",
-            f"median {statistics.median(utils):.1f}%, range {max(utils) - min(utils):.2f} pt",
-            f"wall median {statistics.median(walls):.0f} ms, range {max(walls) - min(walls):.0f} ms "
-            f"({100 * (max(walls) - min(walls)) / statistics.median(walls):.1f}%)",
-        )
+        for rounds in (1, 5):
+            runs = [
+                workload.partitions(n=8, strategy=strategy, rounds=rounds, warmup=1 if i == 0 else 0) for i in range(10)
+            ]
+            utils = [100 * r.utilization for r in runs]
+            walls = [r.wall_ms for r in runs]
+            row(
+                f"seed pipeline {strategy}, 10 runs of {rounds} round(s): utilization",
+                f"median {statistics.median(utils):.1f}%, range {max(utils) - min(utils):.2f} pt",
+                f"wall median {statistics.median(walls):.0f} ms, range {max(walls) - min(walls):.0f} ms "
+                f"({100 * (max(walls) - min(walls)) / statistics.median(walls):.1f}%)",
+            )
+            if rounds > 1:
+                continue
+            # where the spread is: each run's wall, kernel time and each step's host and idle time
+            for r in runs:
+                parts = " ".join(
+                    f"{name} {r.steps[name].host_ms:.0f}/{r.steps[name].idle_ms:.0f}"
+                    for name in steps
+                    if name in r.steps
+                )
+                print(
+                    f"    util {100 * r.utilization:5.1f}% wall {r.wall_ms:7.1f} kernel {r.kernel_ms:6.1f} "
+                    f"copy {r.copy_ms:6.1f} unattributed {r.unattributed_ms:5.1f}  host/idle ms: {parts}",
+                    flush=True,
+                )
 
 
 def host_main() -> None:
@@ -349,6 +390,10 @@ def main() -> None:
     if wanted("gate"):
         gate_reliability_kernels(profiler, workload)
         gate_reliability(workload)
+        gate_reliability(workload, rounds=9)
+    capture = getattr(backend, "_cupti", None)
+    if capture is not None:
+        print(f"CUPTI buffers read: {capture.deliveries}", flush=True)
     workload.close()
     backend.close()
 

@@ -113,17 +113,27 @@ class Profiler:
     # windows
     @contextmanager
     def window(self, label: str) -> Iterator[list[Window]]:
-        """Measure the body as one window; the yielded list holds it once the body ends."""
+        """Measure the body as one window; the yielded list holds it once the body ends.
+
+        Python's cyclic garbage collector is paused inside the window, as ``timeit`` does:
+        a collection stops every thread for as long as it walks all live objects (among
+        them the timelines already measured), and the device then idles for a reason
+        that is neither the workload's nor repeatable.
+        """
         out: list[Window] = []
         self._collect()
         self._measuring += 1
+        collecting = gc.isenabled()
+        gc.disable()
         start = time.perf_counter_ns()
         try:
             yield out
             self.backend.synchronize()
         finally:
             self._measuring -= 1
-        end = time.perf_counter_ns()
+            end = time.perf_counter_ns()
+            if collecting:
+                gc.enable()
         timeline = self._timeline(start, end)
         out.append(Window(label, metrics_mod.compute(timeline), timeline))
         if not self.measuring:

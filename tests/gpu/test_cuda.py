@@ -9,6 +9,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def test_backend_is_cuda_with_cupti_and_nvml(gpuprof, gpu_device):
@@ -119,6 +120,30 @@ def test_library_kernels_are_seen_and_charged_to_their_step(gpuprof, gpu_workloa
     computes = [s for s in window.timeline.steps if s.name == "compute"]
     for d in window.timeline.device:
         assert any(s.start <= d.start and d.end <= s.end for s in computes), d
+
+
+def test_activity_buffers_are_read_from_their_bytes(gpuprof, gpu_workload):
+    import cupy as cp
+
+    capture = gpuprof.backend._cupti
+    before = dict(capture.deliveries)
+    with gpuprof.step("work"):
+        gpu_workload.upload(64 * MIB, pinned=True)
+        gpu_workload.upload(64 * MIB, pinned=False)
+        with gpu_workload.backend.default_stream:
+            zeros = cp.zeros(16 * MIB, dtype=cp.uint8)  # a memset
+        gpu_workload.compute(ms=2, kind="matmul")
+    window = gpuprof.whole_test()
+    assert window.timeline is not None
+    device = window.timeline.device
+    copies = [d for d in device if d.kind == "memcpy"]
+    assert {d.name for d in copies} == {"HTOD"}
+    assert sum(d.bytes for d in copies if d.pageable) == sum(d.bytes for d in copies if not d.pageable) == 64 * MIB
+    assert 16 * MIB in [d.bytes for d in device if d.kind == "memset"]
+    assert any("gemm" in d.name.lower() for d in device if d.kind == "kernel")
+    assert all(d.start < d.end for d in device)
+    assert capture.deliveries["bytes"] > before["bytes"] and capture.deliveries["objects"] == before["objects"]
+    del zeros
 
 
 def test_events_fallback_reports_events_truth(gpu_device):
