@@ -131,3 +131,26 @@ def test_workload_inside_measure_is_part_of_that_window(backend):
     assert len(profiler.windows) == 1
     assert m.steps["compute"].count == 3 and m.kernels == 3
     workload.close()
+
+
+def test_garbage_collector_is_paused_inside_windows_only(backend):
+    import gc
+
+    profiler = Profiler(backend, budget=Budget())
+    seen = []
+    assert gc.isenabled()
+    with profiler.window("outer"):
+        seen.append(gc.isenabled())
+        profiler.measure(lambda: seen.append(gc.isenabled()), rounds=2, warmup=0)
+        seen.append(gc.isenabled())  # a nested window does not switch it back on
+    assert seen == [False, False, False, False] and gc.isenabled()
+    with pytest.raises(RuntimeError), profiler.window("failing"):
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()  # a test that switched it off itself keeps it off
+    try:
+        with profiler.window("w"):
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
