@@ -53,11 +53,15 @@ class CuptiCapture:
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
         self._pageable = int(cupti.ActivityMemoryKind.PAGEABLE)
         self._copy_names = {int(k): k.name for k in cupti.ActivityMemcpyKind}
-        self._layouts = {
-            int(self._kernel): ("kernel", cupti.activity_kernel10_dtype),
-            int(self._memcpy): ("memcpy", cupti.activity_memcpy6_dtype),
-            int(self._memset): ("memset", cupti.activity_memset4_dtype),
-        }
+        self._layouts: dict[int, tuple[str, np.dtype]] = {}
+        try:
+            self._layouts = {
+                int(self._kernel): ("kernel", cupti.activity_kernel10_dtype),
+                int(self._memcpy): ("memcpy", cupti.activity_memcpy6_dtype),
+                int(self._memset): ("memset", cupti.activity_memset4_dtype),
+            }
+        except AttributeError:  # a cupti-python without these record versions: read the objects
+            pass
         self._names: dict[int, str] = {}  # kernel name pointer -> name (CUPTI shares one per kernel)
         self._lock = threading.Lock()
         self._records: list[Record] = []
@@ -84,7 +88,12 @@ class CuptiCapture:
 
     def _buffer_completed(self, activities: list[Any]) -> None:
         # Records are only valid inside this callback: copy them out now.
-        kept = self._from_bytes(activities) if activities else []
+        if not activities:
+            return
+        try:
+            kept = self._from_bytes(activities) if self._layouts else None
+        except Exception:  # a field not where the dtype says it is
+            kept = None
         if kept is None:
             kept = self._from_objects(activities)
             self.deliveries["objects"] += 1
@@ -101,10 +110,7 @@ class CuptiCapture:
         start = int(first.ptr)
         last_offset = int(last.ptr) - start
         raw = ctypes.string_at(start, last_offset + layout[1].itemsize)
-        try:
-            tables = unpack(raw, len(activities), last_offset, self._layouts)
-        except (KeyError, ValueError):  # a field not where the dtype says
-            return None
+        tables = unpack(raw, len(activities), last_offset, self._layouts)
         if tables is None:
             return None
         kernels = tables.get("kernel")

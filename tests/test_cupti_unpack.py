@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import enum
+import time
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof.cupti_capture import records_of, unpack
+from pytest_gpuprof.cupti_capture import CuptiCapture, records_of, unpack
 
 # Shaped like cupti-python's record dtypes: the kind first, fields at fixed offsets.
 KERNEL = np.dtype(
@@ -91,3 +97,89 @@ def test_bytes_not_laid_out_as_expected_are_refused(fields: list[tuple[int, ...]
         assert unpack(raw[:-1], len(fields), last, LAYOUTS) is None
     else:
         assert unpack(raw, len(fields), last, {k: v for k, v in LAYOUTS.items() if k != fields[-1][0]}) is None
+
+
+class FakeCupti:
+    """The parts of cupti-python the capture calls, over records packed in host memory."""
+
+    ActivityKind = enum.IntEnum("ActivityKind", {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2})
+    ActivityMemoryKind = enum.IntEnum("ActivityMemoryKind", {"PAGEABLE": PAGEABLE, "PINNED": 2})
+    ActivityMemcpyKind = enum.IntEnum("ActivityMemcpyKind", {name: kind for kind, name in COPY_NAMES.items()})
+    activity_kernel10_dtype, activity_memcpy6_dtype, activity_memset4_dtype = KERNEL, MEMCPY, MEMSET
+
+    def __init__(self) -> None:
+        self.completed: Any = None
+
+    def get_timestamp(self) -> int:
+        return time.perf_counter_ns()
+
+    def activity_register_callbacks(self, requested: Any, completed: Any) -> None:
+        self.completed = completed
+
+    def activity_enable(self, kind: int) -> None: ...
+    def activity_disable(self, kind: int) -> None: ...
+    def activity_flush_all(self, flag: int) -> None: ...
+
+    def activity_get_num_dropped_records(self, context: int, stream: int, out: int) -> None: ...
+
+
+# kernel names live as long as the process, as CUPTI's do
+NAME_BUFFERS = {pointer: ctypes.create_string_buffer(name.encode()) for pointer, name in NAMES.items() if pointer}
+
+
+def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCupti, *, shift_last: int = 0) -> None:
+    """Hand the capture a buffer of these records, as cupti-python does: objects pointing into it."""
+    real = {pointer: ctypes.addressof(buffer) for pointer, buffer in NAME_BUFFERS.items()}
+    objects, raw = [], b""
+    for f in fields:
+        if f[0] == 10:
+            f = (*f[:4], real.get(f[4], 0))
+        offset = len(raw)
+        raw += np.array([f], dtype=LAYOUTS[f[0]][1]).tobytes()
+        objects.append((offset, f))
+    memory = ctypes.create_string_buffer(raw, len(raw))
+    base = ctypes.addressof(memory)
+    activities = []
+    for i, (offset, f) in enumerate(objects):
+        ptr = base + offset + (shift_last if i == len(objects) - 1 else 0)
+        if f[0] == 10:
+            name = ctypes.string_at(f[4]).decode() if f[4] else ""
+            activities.append(SimpleNamespace(kind=10, ptr=ptr, start=f[1], end=f[2], stream_id=f[3], name=name))
+        elif f[0] == 1:
+            _, kind, src, dst, nbytes, start, end, stream = f
+            activities.append(
+                SimpleNamespace(
+                    kind=1,
+                    ptr=ptr,
+                    copy_kind=kind,
+                    src_kind=src,
+                    dst_kind=dst,
+                    bytes=nbytes,
+                    start=start,
+                    end=end,
+                    stream_id=stream,
+                )
+            )
+        else:
+            activities.append(SimpleNamespace(kind=2, ptr=ptr, bytes=f[1], start=f[2], end=f[3], stream_id=f[4]))
+    cupti.completed(activities)
+
+
+@given(records, st.sampled_from([0, 8]))
+def test_the_callback_reads_bytes_and_objects_alike(fields: list[tuple[int, ...]], shift_last: int) -> None:
+    shift_last = shift_last if len(fields) > 1 else 0  # a lone record is the first one too
+    cupti = FakeCupti()
+    capture = CuptiCapture(cupti)
+    deliver(fields, capture, cupti, shift_last=shift_last)
+    deliver([], capture, cupti)  # an empty buffer is no delivery
+    by_bytes, _ = capture.drain()
+    # a last record not where the count of bytes says is read from the objects instead
+    assert capture.deliveries == ({"bytes": 1, "objects": 0} if not shift_last else {"bytes": 0, "objects": 1})
+    capture._layouts = {}  # as with a cupti-python without the record dtypes
+    deliver(fields, capture, cupti)
+    by_objects, _ = capture.drain()
+    assert capture.deliveries["objects"] == 1 + bool(shift_last)
+    assert sorted(by_bytes, key=repr) == sorted(by_objects, key=repr)
+    assert sorted((d.kind, d.name, d.bytes, d.pageable) for d in by_bytes) == sorted(
+        (e[0], e[4], e[5], e[6]) for e in map(expected, fields)
+    )
