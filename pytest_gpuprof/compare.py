@@ -5,9 +5,11 @@ clear over the rounds: a one-sided Mann-Whitney U test of the current rounds, mo
 by the threshold, against the baseline rounds rejects "no worse than the threshold" at
 p < 0.05 (exact null distribution without ties, normal approximation with them). When
 the median moved beyond the threshold but the test does not reject, the verdict is
-``inconclusive``. It is a rank test: one stray round moves the verdict by one rank, not
-by its size. With 5 rounds a side the smallest p is 1/252; with 3 it is 1/20, which
-never clears 0.05, so fewer than 4 rounds a side never give a verdict.
+``inconclusive``. It is a rank test: a stray round counts by the pairs it reorders (at
+most one per round of the other side), not by its size. With 5 rounds a side the smallest
+p is 1/252 and a verdict needs 21 of the 25 pairs, so one round beyond every round of the
+other side can block it; with 3 rounds the smallest p is 1/20, which never clears 0.05,
+so fewer than 4 rounds a side never give a verdict.
 """
 
 from __future__ import annotations

@@ -91,12 +91,20 @@ def test_mann_whitney_with_ties_uses_the_normal_approximation():
     assert mann_whitney_greater([1, 1, 2, 2] * 5, [3, 3, 4, 4] * 5) < 1e-6
 
 
-def test_one_stray_baseline_round_costs_a_rank_not_the_verdict():
+def test_one_stray_baseline_round_costs_its_pairs_not_the_verdict():
     base = [100.0, 100.2, 99.9, 100.1, 100.0, 99.8, 100.1, 100.0, 130.0]  # one hiccup, 9 rounds
     slowed = [110.4, 110.6, 110.2, 110.5, 110.3, 110.4, 110.6, 110.2, 110.5]
     (five,) = parse_thresholds("wall_ms:+5%")
-    assert judge(five, base, slowed).verdict == "regression"  # the 130 ms round is one rank of 81
+    assert judge(five, base, slowed).verdict == "regression"  # the 130 ms round costs 9 pairs of 81
     assert judge(WALL, base, [v - 1.0 for v in slowed]).verdict == "unchanged"  # +9.4%: within +10%
+
+
+def test_with_five_rounds_a_side_one_stray_round_above_all_blocks_the_verdict():
+    (five,) = parse_thresholds("wall_ms:+5%")
+    slowed = [110.4, 110.6, 110.2, 110.5, 110.3]
+    # 20 of the 25 pairs are ordered (p = 19/252); the exact test needs 21 (p = 12/252)
+    assert judge(five, [100.0, 100.1, 99.9, 100.0, 130.0], slowed).verdict == "inconclusive"
+    assert judge(five, [100.0, 100.1, 99.9, 100.0, 100.2], slowed).verdict == "regression"
 
 
 def test_samples_come_from_rounds_else_the_single_value():
