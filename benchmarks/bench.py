@@ -2,8 +2,9 @@
 
 Run on a CUDA machine: ``python benchmarks/bench.py [ROW ...]`` (CuPy, cupti-python,
 triton for the do_bench row; ROW: cupti, plugin, step, accuracy, repeatability, gate).
-``python benchmarks/bench.py --host`` runs the gate rows on the host backend. Prints one
-table; each row is measured in this run.
+``python benchmarks/bench.py --host [plugin] [gate]`` runs the rows that mean something
+without a GPU: the plugin's cost and the gate rows on the host backend. Prints one table;
+each row is measured in this run.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def unused_plugin_cost(runs: int = 15) -> None:
     (user + system of the child), with the interquartile range of the differences.
     """
     import resource
+    from importlib.metadata import entry_points
 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_trivial.py").write_text(
@@ -130,7 +132,10 @@ def unused_plugin_cost(runs: int = 15) -> None:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
-        plugin = ("-p", "pytest_gpuprof.plugin", "--gpu-backend=host")
+        # Loaded as an installed plugin is in a suite that does not use it: no option. Where
+        # the package is installed its entry point loads it (and -p would load it twice).
+        installed = any(ep.name == "gpuprof" for ep in entry_points(group="pytest11"))
+        plugin = () if installed else ("-p", "pytest_gpuprof.plugin")
         run(*plugin)  # compile once
         pairs = [(run("-p", "no:gpuprof"), run(*plugin)) for _ in range(runs)]
         for index, label in ((0, "wall"), (1, "CPU")):
@@ -347,14 +352,18 @@ def repeatability(workload) -> None:
                 )
 
 
-def host_main() -> None:
-    """The rows that mean something without a GPU: the gate, on the host backend."""
+def host_main(only: set[str]) -> None:
+    """The rows that mean something without a GPU: the plugin's cost, the gate on the host backend."""
     from pytest_gpuprof.backends.host import HostBackend
     from pytest_gpuprof.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 
-    print(f"{'row (host backend)':<58} {'pytest-gpuprof':<34} reference", flush=True)
+    print(f"{'row (CPU machine, host backend)':<58} {'pytest-gpuprof':<34} reference", flush=True)
+    if not only or "plugin" in only:
+        unused_plugin_cost()
+    if only and "gate" not in only:
+        return
     backend = HostBackend()
     profiler = Profiler(backend)
     workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=1, warmup=0)
@@ -365,8 +374,9 @@ def host_main() -> None:
 
 
 def main() -> None:
+    only = {a for a in sys.argv[1:] if a != "--host"}  # e.g. "gate plugin": run just those rows
     if "--host" in sys.argv:
-        host_main()
+        host_main(only)
         return
     import cupy as cp
 
@@ -374,8 +384,6 @@ def main() -> None:
     from pytest_gpuprof.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
-
-    only = set(sys.argv[1:])  # e.g. "gate plugin": run just those rows
 
     def wanted(name: str) -> bool:
         return not only or name in only

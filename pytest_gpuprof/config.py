@@ -17,11 +17,6 @@ from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
 if TYPE_CHECKING:
     from pytest_gpuprof.compare import Threshold
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 Backend = Literal["auto", "cuda", "host"]
 BACKENDS: tuple[Backend, ...] = ("auto", "cuda", "host")
 
@@ -51,6 +46,8 @@ class Settings:
     compare_fail: tuple[Threshold, ...] = ()
     compare_any_machine: bool = False
     storage: Path = Path(".gpuprof")
+    # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
+    configured: bool = False
 
 
 _FILE_KEYS: dict[str, tuple[Any, float, float]] = {
@@ -62,6 +59,11 @@ _FILE_KEYS: dict[str, tuple[Any, float, float]] = {
 
 
 def load_toml(path: Path) -> dict[str, Any]:
+    # imported here: a run without a pyproject.toml or budget file never parses TOML
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         with path.open("rb") as f:
             return tomllib.load(f)

@@ -7,8 +7,7 @@ so loading this plugin costs little on a machine that never measures anything.
 from __future__ import annotations
 
 import sys
-import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,9 @@ import pytest
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.config import BACKENDS, ConfigError, Settings, read_budget_file, read_pyproject
-from pytest_gpuprof.session import GpuSession
+from pytest_gpuprof.session import PROFILER, GpuBudgetWarning, GpuSession
+
+__all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.device import GpuDevice
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from pytest_gpuprof.workload import GpuWorkload
 
 SESSION = pytest.StashKey[GpuSession]()
-PROFILER = pytest.StashKey["Profiler"]()
 BUDGET = pytest.StashKey[Budget]()
 
 
@@ -48,12 +48,14 @@ def _allow_across_examples(item: pytest.Item) -> None:
     function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
 
-class GpuBudgetWarning(UserWarning):
-    """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
+# this plugin's command-line options, kept to tell whether a run set any of them
+_options: list[Any] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    global _options
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
+    _options = group.options
     group.addoption(
         "--gpu-budget",
         nargs="?",
@@ -129,6 +131,7 @@ def _settings(config: pytest.Config) -> Settings:
         except CompareError as e:
             raise ConfigError(f"--gpu-compare-fail: {e}") from None
     compare = opt("--gpu-compare")
+    given = any(opt(o.dest) != getattr(o, "default", False) for o in _options)
     return Settings(
         backend=pick("--gpu-backend", "backend", "auto"),
         device=pick("--gpu-device", "device", 0),
@@ -149,6 +152,7 @@ def _settings(config: pytest.Config) -> Settings:
         compare_fail=thresholds,
         compare_any_machine=opt("--gpu-compare-any-machine"),
         storage=Path(opt("--gpu-storage")),
+        configured=given or bool(file_settings) or not file_budget.empty,
     )
 
 
@@ -191,13 +195,15 @@ def pytest_configure(config: pytest.Config) -> None:
         register_profile()
     session = GpuSession(config, settings)
     config.stash[SESSION] = session
-    config.pluginmanager.register(session, "gpuprof-session")
+    if settings.configured or getattr(config.option, "dist", "no") != "no":
+        session.register()  # else when a test starts it: a suite that never does runs none of its hooks
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
-        config.pluginmanager.unregister(session)
+        if config.pluginmanager.is_registered(session):
+            config.pluginmanager.unregister(session)
         session.close()
         del config.stash[SESSION]
 
@@ -209,44 +215,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = config.stash[SESSION]
-    base = session.settings.budget
     for item in items:
-        marker = item.get_closest_marker("gpu_budget")
-        budget = base
+        keywords = item.keywords  # holds every marker's name: a cheap test before the lookup
+        marker = item.get_closest_marker("gpu_budget") if "gpu_budget" in keywords else None
         if marker is not None:
-            if marker.args:
-                raise pytest.UsageError(
-                    f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
-                )
-            try:
-                budget = parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget").merged_over(base)
-            except BudgetError as e:
-                raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-        item.stash[BUDGET] = budget
-        if FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.stash[BUDGET] = _marker_budget(item, marker, session.settings.budget)
+        if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
-        if item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
+        if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    result = yield
-    profiler = item.stash.get(PROFILER, None)
-    if profiler is None:
-        return result
-    session = item.config.stash[SESSION]
-    message = session.verdict(item.nodeid, profiler)
-    record = session.records.get(item.nodeid)
-    if record is not None:
-        item.user_properties.extend(record.properties())
-    regression = session.regression(item.nodeid)
-    failures = [m for m in (message if session.settings.enforce else None, regression) if m]
-    if message is not None and not session.settings.enforce:
-        warnings.warn(GpuBudgetWarning(message), stacklevel=1)
-    if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
-    return result
+def _marker_budget(item: pytest.Item, marker: pytest.Mark, base: Budget) -> Budget:
+    if marker.args:
+        raise pytest.UsageError(
+            f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
+        )
+    try:
+        return parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget").merged_over(base)
+    except BudgetError as e:
+        raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
 
 
 @pytest.fixture(scope="session")
@@ -259,7 +247,7 @@ def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
 def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
     session = request.config.stash[SESSION]
-    profiler = session.profiler(request.node.stash.get(BUDGET, Budget()))
+    profiler = session.profiler(request.node.stash.get(BUDGET, session.settings.budget))
     request.node.stash[PROFILER] = profiler
     try:
         yield profiler

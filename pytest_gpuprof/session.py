@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import warnings
+from collections.abc import Generator
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -12,17 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof import backends
 from pytest_gpuprof.budget import Budget, failure_message
 from pytest_gpuprof.config import Settings
 
 if TYPE_CHECKING:
+    from pytest_gpuprof import backends
     from pytest_gpuprof.compare import Change
     from pytest_gpuprof.device import GpuDevice
     from pytest_gpuprof.model import Timeline
     from pytest_gpuprof.nvml import NvmlSampler
     from pytest_gpuprof.profiler import Profiler, Window
     from pytest_gpuprof.report import GpuRecord
+
+
+# the test's profiler, set by the gpuprof fixture
+PROFILER = pytest.StashKey["Profiler"]()
+
+
+class GpuBudgetWarning(UserWarning):
+    """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
 
 
 class GpuMemoryLeak(AssertionError):
@@ -34,16 +44,22 @@ REPORT_ONLY = "utilization:-2pt,wall_ms:+10%"
 
 
 class GpuSession:
+    """The plugin's state for one pytest process.
+
+    Nothing GPU-side starts until something asks for it: where the run configures
+    pytest-gpuprof (a ``--gpu-*`` option or a ``[tool.gpuprof]`` table), the backend is
+    chosen at start-up and named in the header; otherwise, when a test first uses a
+    fixture or the ``gpu`` marker, so that a suite that never does pays no CuPy import,
+    CUDA context or CUPTI tracing for the plugin being installed.
+    """
+
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        try:
-            self.backend_name, self.backend_reason = backends.select(settings.backend, 0)
-            count = backends.cuda_device_count() if self.backend_name == "cuda" else None
-            self.settings = replace(settings, device=self._pick_device(settings, count))
-            if count is not None and self.settings.device >= count:
-                raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
-        except RuntimeError as e:
-            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+        self.settings = settings
+        self._selected: tuple[str, str] | None = None
+        self.started_late = False
+        if settings.configured:
+            self._select()
         self.records: dict[str, GpuRecord] = {}
         self.outcomes: dict[str, tuple[str, bool]] = {}
         self.changes: dict[str, list[Change]] = {}
@@ -54,6 +70,39 @@ class GpuSession:
         self.baseline: dict[str, Any] | None = None
         self.baseline_path: Path | None = None
         self._backend: backends.Backend | None = None
+
+    def _select(self) -> tuple[str, str]:
+        """The backend's name and why it was chosen; the device of this process."""
+        if self._selected is None:
+            from pytest_gpuprof import backends
+
+            try:
+                name, reason = backends.select(self.settings.backend, 0)
+                count = backends.cuda_device_count() if name == "cuda" else None
+                self.settings = replace(self.settings, device=self._pick_device(self.settings, count))
+                if count is not None and self.settings.device >= count:
+                    raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
+            except RuntimeError as e:
+                raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+            self._selected = name, reason
+        return self._selected
+
+    def register(self) -> None:
+        """Hook this session into pytest (once)."""
+        if not self.config.pluginmanager.is_registered(self):
+            self.config.pluginmanager.register(self, "gpuprof-session")
+
+    @property
+    def started(self) -> bool:
+        return self._selected is not None
+
+    @property
+    def backend_name(self) -> str:
+        return self._select()[0]
+
+    @property
+    def backend_reason(self) -> str:
+        return self._select()[1]
 
     def _pick_device(self, settings: Settings, cuda_devices: int | None) -> int:
         """The device of this process: ``--gpu-devices`` spreads xdist workers over devices
@@ -76,6 +125,10 @@ class GpuSession:
     @property
     def backend(self) -> backends.Backend:
         if self._backend is None:
+            from pytest_gpuprof import backends
+
+            self.started_late = not self.settings.configured
+            self.register()  # a test asked for the GPU: from now on its hooks run
             self._backend = backends.create(self.backend_name, self.settings.device, cupti=self.settings.cupti)
         return self._backend
 
@@ -107,6 +160,11 @@ class GpuSession:
         return probe(self.settings.device)
 
     def header(self) -> list[str]:
+        if not self.started:
+            return [
+                "gpuprof: not started (no --gpu-* option, no [tool.gpuprof]): "
+                "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"
+            ]
         s = self.settings
         lines = [f"gpuprof: backend {self.backend_name} ({self.backend_reason})"]
         if self.backend_name == "cuda":
@@ -242,6 +300,24 @@ class GpuSession:
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     # hooks
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        result = yield
+        profiler = item.stash.get(PROFILER, None)
+        if profiler is None:
+            return result
+        message = self.verdict(item.nodeid, profiler)
+        record = self.records.get(item.nodeid)
+        if record is not None:
+            item.user_properties.extend(record.properties())
+        regression = self.regression(item.nodeid)
+        failures = [m for m in (message if self.settings.enforce else None, regression) if m]
+        if message is not None and not self.settings.enforce:
+            warnings.warn(GpuBudgetWarning(message), stacklevel=1)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        return result
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
@@ -320,6 +396,9 @@ class GpuSession:
         tr = terminalreporter
         truths = sorted({v["test"]["metrics"]["truth"] for v in views}) or [self.truth]
         tr.section(f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.backend_name})")
+        if self.started_late:  # the header could not say what a test started later
+            for line in self.header():
+                tr.write_line(line)
         for line in table([v["row"] for v in views]):
             tr.write_line(line)
         for nodeid, reason in self.crashed.items():

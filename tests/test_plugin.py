@@ -169,6 +169,45 @@ def test_auto_backend_says_why_it_chose_host(pytester, monkeypatch):
     result.stderr.fnmatch_lines(["*--gpu-backend=cuda, but CuPy is not installed*"])
 
 
+def test_a_suite_that_does_not_use_the_plugin_starts_nothing(pytester, monkeypatch):
+    from pytest_gpuprof import backends
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a backend was chosen")
+
+    monkeypatch.setattr(backends, "select", refuse)  # no CuPy import, no CUDA, no CUPTI
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["gpuprof: not started (no --gpu-* option, no ?tool.gpuprof?): a test that uses *"])
+    result.assert_outcomes(passed=1)
+
+
+def test_a_test_that_uses_the_plugin_starts_it_and_the_summary_says_how(pytester, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "cupy", None)  # as on a machine without CuPy
+    pytester.makepyfile(WORKLOAD_TEST)
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(
+        [
+            "gpuprof: not started*",
+            "*gpuprof: true GPU utilization (truth: host, backend: host)*",
+            "gpuprof: backend host (no CUDA device: CuPy is not installed*",
+            "gpuprof: device host CPU (*",
+            "test_a_test_that_uses_the_plugin_starts_it_and_the_summary_says_how.py::test_pipeline *",
+        ]
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_a_gpuprof_table_starts_the_backend_with_the_session(pytester, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "cupy", None)
+    write_pyproject(pytester, settings="rounds = 3")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(
+        ["gpuprof: backend host (no CUDA device: CuPy is not installed*", "*rounds 3, warmup 1*"]
+    )
+
+
 def test_gpu_marker_skips_with_the_reason_on_the_host_backend(pytester):
     pytester.makepyfile("import pytest\n\n@pytest.mark.gpu\ndef test_needs_cuda():\n    pass\n")
     result = pytester.runpytest("-rs", "--gpu-backend=host")

@@ -2,6 +2,7 @@
 
 import gc
 import itertools
+import json
 import time
 
 import pytest
@@ -186,8 +187,7 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
     pytester.makepyfile(
         """
         def test_pipeline(gpu_workload):
-            m = gpu_workload.partitions(n=4, upload_bytes=1 << 28, rounds=1, warmup=1)
-            assert m.truth == "events"
+            gpu_workload.partitions(n=4, upload_bytes=1 << 28, rounds=1, warmup=1)
         """
     )
     result = pytester.runpytest_subprocess(*plugin_args, "--gpu-no-cupti", "--gpu-report=r.json")
@@ -199,5 +199,11 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         ]
     )
     result.assert_outcomes(passed=1)
-    result = pytester.runpytest_subprocess(*plugin_args, "-k", "nothing")
-    result.stdout.fnmatch_lines(["gpuprof: truth cupti; CUPTI live; NVML live"])
+    (test,) = json.loads((pytester.path / "r.json").read_text())["tests"]
+    assert test["metrics"]["truth"] == "events"
+    # nothing configured: the test starts the backend, and the summary names it
+    result = pytester.runpytest_subprocess(*plugin_args)
+    result.stdout.fnmatch_lines(
+        ["gpuprof: not started *", "*gpuprof: true GPU utilization*", "gpuprof: truth cupti; CUPTI live; NVML live"]
+    )
+    result.assert_outcomes(passed=1)
