@@ -244,15 +244,35 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def gate_reliability(workload, rounds: int = 9) -> None:
-    """The regression gate on unchanged code and on code slowed by 10%, 20 runs each.
+def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> None:
+    """Rows of false alarms and catches, each verdict the plugin's, on the same measured rounds.
 
-    Every run measures ``rounds`` rounds of the two-lock pipeline; the gate is then judged
-    on the first 5 rounds and on all of them, at a +5% and a +3% threshold, so that each
-    verdict sees the same measurements.
+    ``unchanged`` and ``slowed`` are 20 runs' rounds each; every expression is judged on
+    the first ``n`` rounds a side, for each ``n`` in ``counts``.
     """
     from pytest_gpuprof.compare import judge, parse_thresholds
 
+    print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
+    for name, runs in (("unchanged", unchanged), ("slowed", slowed)):
+        print(f"    {name} run medians (ms): {' '.join(f'{statistics.median(r):.2f}' for r in runs)}", flush=True)
+    for expression in expressions:
+        (threshold,) = parse_thresholds(expression)
+        for n in counts:
+            alarms = [judge(threshold, baseline[:n], r[:n]).verdict == "regression" for r in (*unchanged, *slowed)]
+            row(
+                f"gate {expression}, {n} rounds a side ({label})",
+                f"false alarms {sum(alarms[: len(unchanged)])}/20 unchanged; "
+                f"caught {sum(alarms[len(unchanged) :])}/20 slowed by 10%",
+                f"baseline wall median {statistics.median(baseline[:n]):.2f} ms",
+            )
+
+
+def gate_reliability(workload, rounds: int = 9) -> None:
+    """The regression gate on the two-lock pipeline, unchanged and slowed by 10%, 20 runs each.
+
+    Every run measures ``rounds`` rounds; the gate is judged on the first 5 rounds and on
+    all of them, at a +5% and a +3% threshold, so that each verdict sees the same rounds.
+    """
     size = 1 << 30 if workload.backend.name == "cuda" else 64 << 20
 
     def run(extra_ms: float) -> list[float]:
@@ -267,30 +287,15 @@ def gate_reliability(workload, rounds: int = 9) -> None:
 
     run(0)  # warm-up: the first rounds pin the host source and grow the pool
     baseline = run(0)
-    base_ms = statistics.median(baseline)
+    slowdown = 0.1 * statistics.median(baseline)
     unchanged = [run(0) for _ in range(20)]
-    slowed = [run(0.1 * base_ms) for _ in range(20)]
-    print(f"    baseline rounds (ms): {' '.join(f'{v:.1f}' for v in baseline)}", flush=True)
-    for label, runs in (("unchanged", unchanged), ("slowed", slowed)):
-        medians = [statistics.median(r) for r in runs]
-        print(f"    {label} run medians (ms): {' '.join(f'{v:.1f}' for v in medians)}", flush=True)
-    for expression in ("wall_ms:+5%", "wall_ms:+3%"):
-        (threshold,) = parse_thresholds(expression)
-        for n in sorted({5, rounds}):
-            false_alarms = sum(judge(threshold, baseline[:n], r[:n]).verdict == "regression" for r in unchanged)
-            caught = sum(judge(threshold, baseline[:n], r[:n]).verdict == "regression" for r in slowed)
-            row(
-                f"gate {expression}, {n} rounds a side (two-lock, 4 x {size >> 20} MiB)",
-                f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
-                f"baseline wall median {statistics.median(baseline[:n]):.1f} ms",
-            )
+    slowed = [run(slowdown) for _ in range(20)]
+    label = f"two-lock, 4 x {size >> 20} MiB"
+    judge_gate(label, baseline, unchanged, slowed, ("wall_ms:+5%", "wall_ms:+3%"), sorted({5, rounds}))
 
 
 def gate_reliability_kernels(profiler, workload) -> None:
     """The same gate on a steady workload: 20 ms of matmuls a round; slowed by 2 ms of them."""
-    from pytest_gpuprof.compare import judge, parse_thresholds
-
-    (wall,) = parse_thresholds("wall_ms:+5%")
     stream = workload.backend.stream()
 
     def run(ms: float) -> list[float]:
@@ -303,21 +308,9 @@ def gate_reliability_kernels(profiler, workload) -> None:
 
     run(20)  # warm-up, as the pipeline gate does: a cold GPU's first rounds run slow
     baseline = run(20)
-    print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
     unchanged = [run(20) for _ in range(20)]
     slowed = [run(22) for _ in range(20)]
-    print(
-        f"    medians unchanged {min(map(statistics.median, unchanged)):.2f}..{max(map(statistics.median, unchanged)):.2f} ms, "
-        f"slowed {min(map(statistics.median, slowed)):.2f}..{max(map(statistics.median, slowed)):.2f} ms",
-        flush=True,
-    )
-    false_alarms = sum(judge(wall, baseline, u).verdict == "regression" for u in unchanged)
-    caught = sum(judge(wall, baseline, s).verdict == "regression" for s in slowed)
-    row(
-        "gate wall_ms:+5%, 5 rounds a side (20 ms of matmuls)",
-        f"false alarms {false_alarms}/20 unchanged; caught {caught}/20 slowed by 10%",
-        f"baseline wall median {statistics.median(baseline):.2f} ms",
-    )
+    judge_gate("20 ms of matmuls", baseline, unchanged, slowed, ("wall_ms:+5%",), (5,))
 
 
 def repeatability(workload) -> None:

@@ -214,35 +214,17 @@ def records_of(
 ) -> list[Record]:
     """Records in the capture's tuple form from ``unpack``'s tables."""
     out: list[Record] = []
-    if "kernel" in tables:
-        t = tables["kernel"]
-        out += [
-            ("kernel", start, end, stream, names[pointer], 0, False)
-            for start, end, stream, pointer in zip(
-                t["start"].tolist(), t["end"].tolist(), t["stream_id"].tolist(), t["name"].tolist(), strict=True
-            )
-        ]
-    if "memcpy" in tables:
-        t = tables["memcpy"]
-        pageable = ((t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)).tolist()
-        out += [
-            ("memcpy", start, end, stream, copy_names.get(kind, "copy"), nbytes, paged)
-            for start, end, stream, kind, nbytes, paged in zip(
-                t["start"].tolist(),
-                t["end"].tolist(),
-                t["stream_id"].tolist(),
-                t["copy_kind"].tolist(),
-                t["bytes"].tolist(),
-                pageable,
-                strict=True,
-            )
-        ]
-    if "memset" in tables:
-        t = tables["memset"]
-        out += [
-            ("memset", start, end, stream, "memset", nbytes, False)
-            for start, end, stream, nbytes in zip(
-                t["start"].tolist(), t["end"].tolist(), t["stream_id"].tolist(), t["bytes"].tolist(), strict=True
-            )
-        ]
+    for kind, t in tables.items():
+        count = len(t)
+        if kind == "kernel":
+            labels = [names[pointer] for pointer in t["name"].tolist()]
+            nbytes, pageable = [0] * count, [False] * count
+        elif kind == "memcpy":
+            labels = [copy_names.get(k, "copy") for k in t["copy_kind"].tolist()]
+            nbytes = t["bytes"].tolist()
+            pageable = ((t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)).tolist()
+        else:
+            labels, nbytes, pageable = ["memset"] * count, t["bytes"].tolist(), [False] * count
+        columns = (t["start"].tolist(), t["end"].tolist(), t["stream_id"].tolist(), labels, nbytes, pageable)
+        out += [(kind, *fields) for fields in zip(*columns, strict=True)]
     return out

@@ -57,7 +57,6 @@ class GpuSession:
         self.config = config
         self.settings = settings
         self._selected: tuple[str, str] | None = None
-        self.started_late = False
         if settings.configured:
             self._select()
         self.records: dict[str, GpuRecord] = {}
@@ -127,7 +126,6 @@ class GpuSession:
         if self._backend is None:
             from pytest_gpuprof import backends
 
-            self.started_late = not self.settings.configured
             self.register()  # a test asked for the GPU: from now on its hooks run
             self._backend = backends.create(self.backend_name, self.settings.device, cupti=self.settings.cupti)
         return self._backend
@@ -396,7 +394,7 @@ class GpuSession:
         tr = terminalreporter
         truths = sorted({v["test"]["metrics"]["truth"] for v in views}) or [self.truth]
         tr.section(f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.backend_name})")
-        if self.started_late:  # the header could not say what a test started later
+        if self._backend is not None and not self.settings.configured:  # a test started it after the header
             for line in self.header():
                 tr.write_line(line)
         for line in table([v["row"] for v in views]):
