@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 Backend = Literal["auto", "cuda", "host"]
 BACKENDS: tuple[Backend, ...] = ("auto", "cuda", "host")
+HostClock = Literal["real", "virtual"]
+HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
+# choices, by key of [tool.gpuprof]
+_CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKENDS, "host_clock": HOST_CLOCKS}
 
 
 class ConfigError(ValueError):
@@ -28,6 +32,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Settings:
     backend: Backend = "auto"
+    # the host backend's time: real, or virtual for tests that must not depend on load
+    host_clock: HostClock = "real"
     device: int = 0
     rounds: int = 5
     warmup: int = 1
@@ -81,14 +87,14 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
     source = f"{path} [tool.gpuprof]"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: must be a table")
-    valid = ["backend", *_FILE_KEYS, "budget"]
+    valid = [*_CHOICES, *_FILE_KEYS, "budget"]
     settings: dict[str, Any] = {}
     for key, value in table.items():
         if key == "budget":
             continue
-        if key == "backend":
-            if value not in BACKENDS:
-                raise ConfigError(f"{source}: 'backend' must be one of {', '.join(BACKENDS)}, not {value!r}")
+        if key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise ConfigError(f"{source}: '{key}' must be one of {', '.join(_CHOICES[key])}, not {value!r}")
         elif key in _FILE_KEYS:
             kinds, lo, hi = _FILE_KEYS[key]
             if isinstance(value, bool) or not isinstance(value, kinds):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
-from pytest_gpuprof.config import BACKENDS, ConfigError, Settings, read_budget_file, read_pyproject
+from pytest_gpuprof.config import BACKENDS, HOST_CLOCKS, ConfigError, Settings, read_budget_file, read_pyproject
 from pytest_gpuprof.session import PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
@@ -65,6 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="enforce GPU budgets: a breach fails the test. FILE: a TOML budget, schema of [tool.gpuprof.budget]",
     )
     group.addoption("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
+    group.addoption(
+        "--gpu-host-clock",
+        choices=HOST_CLOCKS,
+        default=None,
+        help="host backend: real time (default), or virtual time in which kernels and copies take exactly "
+        "what they ask and host code takes none (deterministic tests)",
+    )
     group.addoption("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
     group.addoption(
         "--gpu-devices",
@@ -131,9 +138,11 @@ def _settings(config: pytest.Config) -> Settings:
         except CompareError as e:
             raise ConfigError(f"--gpu-compare-fail: {e}") from None
     compare = opt("--gpu-compare")
-    given = any(opt(o.dest) != getattr(o, "default", False) for o in _options)
+    # the host clock alone starts nothing: it says how to run once something starts
+    given = any(opt(o.dest) != getattr(o, "default", False) for o in _options if o.dest != "gpu_host_clock")
     return Settings(
         backend=pick("--gpu-backend", "backend", "auto"),
+        host_clock=pick("--gpu-host-clock", "host_clock", "real"),
         device=pick("--gpu-device", "device", 0),
         rounds=pick("--gpu-rounds", "rounds", 5),
         warmup=pick("--gpu-warmup", "warmup", 1),
@@ -152,7 +161,7 @@ def _settings(config: pytest.Config) -> Settings:
         compare_fail=thresholds,
         compare_any_machine=opt("--gpu-compare-any-machine"),
         storage=Path(opt("--gpu-storage")),
-        configured=given or bool(file_settings) or not file_budget.empty,
+        configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
     )
 
 

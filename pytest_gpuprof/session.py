@@ -81,6 +81,11 @@ class GpuSession:
                 self.settings = replace(self.settings, device=self._pick_device(self.settings, count))
                 if count is not None and self.settings.device >= count:
                     raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
+                if name == "cuda" and self.settings.host_clock == "virtual":
+                    raise RuntimeError(
+                        "--gpu-host-clock=virtual runs the host backend only, but the backend is cuda "
+                        f"({reason}): add --gpu-backend=host"
+                    )
             except RuntimeError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
             self._selected = name, reason
@@ -127,7 +132,9 @@ class GpuSession:
             from pytest_gpuprof import backends
 
             self.register()  # a test asked for the GPU: from now on its hooks run
-            self._backend = backends.create(self.backend_name, self.settings.device, cupti=self.settings.cupti)
+            self._backend = backends.create(
+                self.backend_name, self.settings.device, cupti=self.settings.cupti, clock=self.settings.host_clock
+            )
         return self._backend
 
     @property
@@ -175,8 +182,13 @@ class GpuSession:
                 f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}"
             )
         else:
+            clock = (
+                "virtual clock (kernels and copies take exactly the time asked, host code none)"
+                if s.host_clock == "virtual"
+                else "real clock"
+            )
             lines.append(
-                f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, "
+                f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, {clock}, "
                 "truth 'host'; CUPTI off (no GPU); NVML off (no GPU)"
             )
         mode = "enforced (--gpu-budget)" if s.enforce else "reported as warnings (no --gpu-budget)"

@@ -7,12 +7,14 @@ two-worker pipeline of DESIGN.md in its single-lock and two-lock forms.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
 from pytest_gpuprof.backends import Backend
+from pytest_gpuprof.clock import Clock, Lock
 from pytest_gpuprof.device import GpuDevice
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.profiler import Profiler
@@ -129,10 +131,11 @@ class GpuWorkload:
         nbytes = self.default_upload_bytes if upload_bytes is None else int(upload_bytes)
         ms = self.compute_ms_for(nbytes) if compute_ms is None else float(compute_ms)
         partition = self._single_lock if strategy == "single-lock" else self._two_lock
-        locks = (threading.Lock(), threading.Lock())
+        clock = self.backend.clock
+        locks = (clock.lock(), clock.lock())
 
         def run(_round: int) -> None:
-            _run_workers(n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
+            _run_workers(clock, n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
 
         if self.profiler.measuring:
             with self.profiler.window("partitions") as done:
@@ -152,7 +155,7 @@ class GpuWorkload:
         return self._streams[key]
 
     def _single_lock(
-        self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[threading.Lock, threading.Lock]
+        self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[Lock, Lock]
     ) -> None:
         copy_stream, compute_stream = self._stream(worker, "copy"), self._stream(worker, "compute")
         with locks[0], self.profiler.region("partition"):
@@ -163,9 +166,7 @@ class GpuWorkload:
             self.compute(ms, kind, stream=compute_stream)
             del buffer
 
-    def _two_lock(
-        self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[threading.Lock, threading.Lock]
-    ) -> None:
+    def _two_lock(self, worker: int, nbytes: int, ms: float, pinned: bool, kind: str, locks: tuple[Lock, Lock]) -> None:
         memory_lock, compute_lock = locks
         copy_stream, compute_stream = self._stream(worker, "copy"), self._stream(worker, "compute")
         with self.profiler.region("partition"):
@@ -186,10 +187,10 @@ class GpuWorkload:
         self.backend.trim()
 
 
-def _run_workers(n: int, workers: int, partition: Callable[[int], None]) -> None:
+def _run_workers(clock: Clock, n: int, workers: int, partition: Callable[[int], None]) -> None:
     """Run ``n`` partitions on ``workers`` threads; re-raise the first worker error."""
     next_partition = iter(range(n))
-    take = threading.Lock()
+    take = threading.Lock()  # held for a ``next`` only: never across a wait on the clock
     errors: list[BaseException] = []
 
     def worker(index: int) -> None:
@@ -205,9 +206,7 @@ def _run_workers(n: int, workers: int, partition: Callable[[int], None]) -> None
     if workers == 1:
         worker(0)
     else:
-        threads = [threading.Thread(target=worker, args=(i,), name=f"gpuprof-worker-{i}") for i in range(workers)]
-        for t in threads:
-            t.start()
+        threads = [clock.start_thread(functools.partial(worker, i), f"gpuprof-worker-{i}") for i in range(workers)]
         for t in threads:
             t.join()
     if errors:

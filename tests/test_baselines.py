@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 SUITE = """
-import os, time
+import os
 
 def run(gpuprof, gpu_workload, idle_ms):
     def body():
         gpu_workload.compute(ms=5)
         with gpuprof.step("prepare"):
-            time.sleep(idle_ms / 1000)
+            gpuprof.backend.clock.spend(idle_ms * 1_000_000)
     return gpuprof.measure(body, rounds=5, warmup=1)
 
 def test_steady(gpuprof, gpu_workload):
@@ -43,10 +43,12 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
     result.stdout.fnmatch_lines(
         [
             "*GPU regression against baseline *0001_main.json:",
-            "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; one-sided Mann-Whitney p=0.00397): regression",
+            "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; one-sided Mann-Whitney p=*): regression",
             "*utilization: baseline *% -> *% (-*pt*limit utilization:-5pt*): regression",
         ]
     )
+    p_values = [float(p) for p in re.findall(r"Mann-Whitney p=([0-9.e-]+)\): regression", result.stdout.str())]
+    assert p_values and all(p < 0.05 for p in p_values)
     assert "FAILED test_slowed_test_fails_with_both_figures_and_the_rest_pass.py::test_slowed" in result.stdout.str()
     result.stdout.fnmatch_lines(["compared with baseline *", "*test_steady: unchanged", "*test_slowed: regression"])
 

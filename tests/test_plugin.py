@@ -5,11 +5,10 @@ import json
 import pytest
 
 IDLE_TEST = """
-import time
 
 def test_idle(gpuprof):
     with gpuprof.step("prepare"):
-        time.sleep(0.02)
+        gpuprof.backend.clock.spend(20_000_000)
 """
 
 WORKLOAD_TEST = """
@@ -89,7 +88,7 @@ def test_budget_file_may_nest_under_tool_gpuprof_budget(pytester):
         ("[tool.gpuprof.budget.steps.upload]\nmin_gbps = -1", "", "'steps.upload.min_gbps' = -1 is out of range"),
         ("[tool.gpuprof.budget.steps.upload]\nmax_mss = 1", "", "unknown budget key 'steps.upload.max_mss'"),
         ('[tool.gpuprof.budget.steps.upload]\npageable = "no"', "", "'steps.upload.pageable' must be one of"),
-        ("", "round = 3", "unknown key 'round'; valid keys: backend, rounds, warmup"),
+        ("", "round = 3", "unknown key 'round'; valid keys: backend, host_clock, rounds, warmup"),
         ("", 'rounds = "many"', "'rounds' must be a number"),
         ("", "rounds = 0", "'rounds' = 0 is out of range"),
         ("", 'backend = "rocm"', "'backend' must be one of auto, cuda, host, not 'rocm'"),
@@ -153,7 +152,7 @@ def test_header_names_backend_and_why(pytester):
     result.stdout.fnmatch_lines(
         [
             "gpuprof: backend host (asked for with --gpu-backend=host)",
-            "gpuprof: device host CPU (*): workloads run on CPU threads, truth 'host'; CUPTI off (no GPU); NVML off (no GPU)",
+            "gpuprof: device host CPU (*): workloads run on CPU threads, virtual clock (*), truth 'host'; CUPTI off (no GPU); NVML off (no GPU)",
             "gpuprof: budgets reported as warnings (no --gpu-budget); rounds 5, warmup 1*",
         ]
     )
@@ -282,10 +281,15 @@ def test_gpuprof_check_asserts_now(pytester):
         from pytest_gpuprof.profiler import GpuBudgetExceeded
 
         def test_check(gpuprof, gpu_workload):
-            m = gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+            def body():
+                gpu_workload.compute(ms=2)
+                with gpuprof.step("prepare"):
+                    gpuprof.backend.clock.spend(1_000_000)
+
+            m = gpuprof.measure(body, rounds=3, warmup=0)
             assert gpuprof.check(max_overhead_ms=1e6) is m
             with pytest.raises(GpuBudgetExceeded) as info:
-                gpuprof.check(min_utilization=1.0)
+                gpuprof.check(min_utilization=0.9)
             assert "min_utilization" in str(info.value)
             assert info.value.breaches[0].metric == "utilization"
         """

@@ -17,7 +17,7 @@ def test_pipeline(gpu_workload, i):
 @pytest.mark.gpu_budget(min_utilization=0.5)
 def test_idle(gpuprof):
     with gpuprof.step("prepare"):
-        time.sleep(0.01)
+        gpuprof.backend.clock.spend(10_000_000)
 """
 
 

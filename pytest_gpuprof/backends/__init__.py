@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from pytest_gpuprof.clock import Clock
 from pytest_gpuprof.model import DeviceInterval, Truth
 
 
@@ -39,6 +40,8 @@ class Backend(Protocol):
     def truth(self) -> Truth: ...
 
     default_stream: Any
+    # the time of every stamp, and the locks, events and threads that wait on it
+    clock: Clock
 
     def info(self) -> DeviceInfo: ...
 
@@ -140,11 +143,12 @@ def cuda_device_count() -> int:
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
-def create(name: str, device: int, *, cupti: bool) -> Backend:
+def create(name: str, device: int, *, cupti: bool, clock: str = "real") -> Backend:
     if name == "cuda":
         from pytest_gpuprof.backends.cuda import CudaBackend
 
         return CudaBackend(device, cupti=cupti)
+    from pytest_gpuprof import clock as clocks
     from pytest_gpuprof.backends.host import HostBackend
 
-    return HostBackend()
+    return HostBackend(clocks.make(clock))

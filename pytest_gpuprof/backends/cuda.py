@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof.backends import DeviceInfo
+from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.model import DeviceInterval, Truth
 
 MIB = 1 << 20
@@ -80,6 +81,7 @@ class _EdgeEvents:
 
 class CudaBackend:
     name: Literal["cuda"] = "cuda"
+    clock: Clock = RealClock()
 
     def __init__(self, device: int, *, cupti: bool = True) -> None:
         import cupy

@@ -2,17 +2,17 @@
 
 Each stream is a thread that runs its queue in order; kernels are numpy work on that
 thread; copies go to one copy-engine thread, as DMA does on a GPU; events are stamped by
-the thread that reaches them. Every interval is the real time the work took here: it is
-not a simulation and says nothing about any GPU.
+the thread that reaches them. On the real clock every interval is the real time the work
+took here: it is not a simulation and says nothing about any GPU. On the virtual clock
+(``clock.VirtualClock``, for deterministic tests) the same threads run the same work,
+but kernels and copies take exactly the simulated time asked of them.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import queue
 import threading
-import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof.backends import DeviceInfo
+from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.context import current_span_id
 from pytest_gpuprof.model import DeviceInterval, Truth
 
@@ -28,16 +29,21 @@ from pytest_gpuprof.model import DeviceInterval, Truth
 # stages pageable memory through pinned buffers.
 STAGING_BYTES = 8 << 20
 
+# Copy rates of the virtual clock, GB/s (= bytes per ns): a pinned copy at a PCIe Gen4
+# x16 link's practical rate, a pageable one at a quarter of it.
+VIRTUAL_GBPS = {False: 24.0, True: 6.0}
+
 
 class HostEvent:
-    __slots__ = ("_done", "time")
+    __slots__ = ("_clock", "_done", "time")
 
-    def __init__(self) -> None:
-        self._done = threading.Event()
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._done = clock.event()
         self.time = 0
 
     def complete(self) -> None:
-        self.time = time.perf_counter_ns()
+        self.time = self._clock.now()
         self._done.set()
 
     def wait(self) -> None:
@@ -47,11 +53,10 @@ class HostEvent:
 class _Worker:
     """A thread that runs callables from its queue in order."""
 
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+    def __init__(self, name: str, clock: Clock) -> None:
+        self._queue = clock.queue()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._thread = clock.start_thread(self._run, name)
 
     def submit(self, op: Callable[[], None]) -> None:
         self._queue.put(op)
@@ -71,8 +76,8 @@ class _Worker:
 
 
 class HostStream(_Worker):
-    def __init__(self, index: int) -> None:
-        super().__init__(f"gpuprof-host-stream-{index}")
+    def __init__(self, index: int, clock: Clock) -> None:
+        super().__init__(f"gpuprof-host-stream-{index}", clock)
         self.index = index
 
 
@@ -123,11 +128,13 @@ class HostBackend:
     name: Literal["host"] = "host"
     truth: Truth = "host"
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else RealClock()
+        self.clock.attach()  # the thread that drives the backend
         self._lock = threading.Lock()
         self._intervals: list[DeviceInterval] = []
         self._streams: list[HostStream] = []
-        self._copy_engine = _Worker("gpuprof-host-copy-engine")
+        self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
         self._pool = _Pool()
         self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
@@ -150,7 +157,7 @@ class HostBackend:
     # streams and events
     def stream(self) -> HostStream:
         with self._lock:
-            s = HostStream(len(self._streams))
+            s = HostStream(len(self._streams), self.clock)
             self._streams.append(s)
         return s
 
@@ -174,7 +181,7 @@ class HostBackend:
         return self.default_stream if stream is None else stream
 
     def record(self, stream: HostStream | None = None) -> HostEvent:
-        event = HostEvent()
+        event = HostEvent(self.clock)
         self._on(stream).submit(event.complete)
         return event
 
@@ -248,7 +255,7 @@ class HostBackend:
 
     def _on_copy_engine(self, job: Callable[[], None]) -> None:
         """Run ``job`` on the copy engine and hold the calling stream until it is done."""
-        done = threading.Event()
+        done = self.clock.event()
 
         def run() -> None:
             try:
@@ -262,8 +269,11 @@ class HostBackend:
     def _copy(
         self, dst: np.ndarray, src: np.ndarray, stream: int, tag: int | None, *, pageable: bool, name: str = "HtoD"
     ) -> None:
-        start = time.perf_counter_ns()
-        if pageable:
+        start = self.clock.now()
+        if self.clock.virtual:
+            np.copyto(dst[: src.nbytes], src)
+            self.clock.spend(int(src.nbytes / VIRTUAL_GBPS[pageable]))
+        elif pageable:
             staging = np.empty(min(STAGING_BYTES, src.nbytes), dtype=np.uint8)
             for lo in range(0, src.nbytes, staging.nbytes):
                 piece = src[lo : lo + staging.nbytes]
@@ -271,7 +281,7 @@ class HostBackend:
                 np.copyto(dst[lo : lo + piece.nbytes], staging[: piece.nbytes])
         else:
             np.copyto(dst[: src.nbytes], src)
-        end = time.perf_counter_ns()
+        end = self.clock.now()
         self._stamp(DeviceInterval("memcpy", start, end, stream, name, src.nbytes, pageable, tag))
 
     # kernels
@@ -287,11 +297,10 @@ class HostBackend:
         budget_ns = int(ms * 1_000_000)
 
         def kernel() -> None:
-            start = time.perf_counter_ns()
+            start = self.clock.now()
             # Real numpy work, repeated until the requested time has been spent on it.
-            while time.perf_counter_ns() - start < budget_ns:
-                work()
-            end = time.perf_counter_ns()
+            self.clock.spend(budget_ns, work)
+            end = self.clock.now()
             self._stamp(DeviceInterval("kernel", start, end, target.index, kind, 0, False, tag))
 
         target.submit(kernel)
@@ -317,6 +326,7 @@ class HostBackend:
         self._copy_engine.close()
         self._pool.trim()
         self._sources.clear()
+        self.clock.detach()
 
 
 def _fft_work() -> Any:

@@ -1,0 +1,292 @@
+"""Clocks for the host backend: real time, or a virtual clock for deterministic tests.
+
+``RealClock``: intervals are the real time work took on this machine.
+
+``VirtualClock``: device work (kernels, copies) advances simulated time by exactly what it
+was asked for, and host code costs no time at all. Threads still run and interleave for
+real; only the time they see is simulated. Time moves only when every thread taking part
+is blocked on the clock (in a kernel or copy, a synchronize, a lock, an idle stream's
+queue, a join) and then jumps to the earliest deadline, as the autojump clocks of async
+test frameworks do. So a pipeline gives the same timeline on a busy machine as on an idle
+one. Every blocking point of a participating thread must be one of this clock's
+primitives: a plain ``threading`` wait would stop the clock for good.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Lock(Protocol):
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> Any: ...
+
+
+class Event(Protocol):
+    def set(self) -> None: ...
+
+    def wait(self) -> Any: ...
+
+
+class Queue(Protocol[T]):
+    def put(self, item: T) -> None: ...
+
+    def get(self) -> T: ...
+
+
+class Joinable(Protocol):
+    def join(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time and the blocking primitives that go with it."""
+
+    virtual: bool
+
+    def now(self) -> int:
+        """Nanoseconds on this clock (``perf_counter_ns`` for the real one)."""
+        ...
+
+    def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
+        """Occupy the calling thread for ``ns``: repeat ``work`` until then (real), or
+        let exactly ``ns`` of simulated time pass (virtual)."""
+        ...
+
+    def lock(self) -> Lock: ...
+
+    def event(self) -> Event: ...
+
+    def queue(self) -> Queue[Any]: ...
+
+    def start_thread(self, target: Callable[[], object], name: str) -> Joinable: ...
+
+    def attach(self) -> None:
+        """The calling thread takes part: time waits for it while it runs."""
+        ...
+
+    def detach(self) -> None: ...
+
+
+class RealClock:
+    virtual = False
+
+    @staticmethod
+    def now() -> int:
+        return time.perf_counter_ns()
+
+    def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
+        start = time.perf_counter_ns()
+        while time.perf_counter_ns() - start < ns:
+            if work is None:
+                time.sleep(max(0.0, (ns - (time.perf_counter_ns() - start)) / 1e9))
+            else:
+                work()
+
+    def lock(self) -> Lock:
+        return threading.Lock()
+
+    def event(self) -> Event:
+        return threading.Event()
+
+    def queue(self) -> Queue[Any]:
+        return queue.SimpleQueue()
+
+    def start_thread(self, target: Callable[[], object], name: str) -> Joinable:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def attach(self) -> None:
+        return None
+
+    def detach(self) -> None:
+        return None
+
+
+class _Waiter:
+    __slots__ = ("counted", "ready")
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.counted = False
+
+
+class VirtualClock:
+    """Simulated time that jumps when every participating thread is blocked on it.
+
+    ``_running`` counts the participating threads that are not blocked; whoever wakes a
+    blocked participant counts it running again before it even resumes, so that time
+    cannot jump past work that is about to happen.
+    """
+
+    virtual = True
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._now = 0
+        self._running = 0
+        self._sleepers: list[tuple[int, int, _Waiter]] = []
+        self._order = itertools.count()
+        self._local = threading.local()
+
+    def now(self) -> int:
+        return self._now
+
+    def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
+        with self._cond:
+            waiter = _Waiter()
+            heapq.heappush(self._sleepers, (self._now + max(0, int(ns)), next(self._order), waiter))
+            self._block(waiter)
+
+    def attach(self) -> None:
+        with self._cond:
+            self._local.participant = True
+            self._running += 1
+
+    def detach(self) -> None:
+        with self._cond:
+            if getattr(self._local, "participant", False):
+                self._local.participant = False
+                self._running -= 1
+                self._advance()
+
+    def lock(self) -> Lock:
+        return _VirtualLock(self)
+
+    def event(self) -> Event:
+        return _VirtualEvent(self)
+
+    def queue(self) -> Queue[Any]:
+        return _VirtualQueue(self)
+
+    def start_thread(self, target: Callable[[], object], name: str) -> Joinable:
+        done = _VirtualEvent(self)
+        with self._cond:
+            self._running += 1  # running from now: time must not jump before it starts
+
+        def run() -> None:
+            self._local.participant = True
+            try:
+                target()
+            finally:
+                done.set()
+                self.detach()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        return _Joined(done, thread)
+
+    # under self._cond
+    def _block(self, waiter: _Waiter) -> None:
+        waiter.counted = getattr(self._local, "participant", False)
+        if waiter.counted:
+            self._running -= 1
+            self._advance()
+        while not waiter.ready:
+            self._cond.wait()
+
+    def _wake(self, waiter: _Waiter) -> None:
+        waiter.ready = True
+        if waiter.counted:
+            self._running += 1
+        self._cond.notify_all()
+
+    def _advance(self) -> None:
+        while self._running <= 0 and self._sleepers:
+            self._now = max(self._now, self._sleepers[0][0])
+            while self._sleepers and self._sleepers[0][0] <= self._now:
+                self._wake(heapq.heappop(self._sleepers)[2])
+
+
+class _VirtualLock:
+    """A FIFO lock whose waiters are blocked on the clock; release hands it over."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+        self._held = False
+        self._waiters: deque[_Waiter] = deque()
+
+    def __enter__(self) -> None:
+        with self._clock._cond:
+            if not self._held:
+                self._held = True
+                return
+            waiter = _Waiter()
+            self._waiters.append(waiter)
+            self._clock._block(waiter)  # woken as the new holder
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
+        with self._clock._cond:
+            if self._waiters:
+                self._clock._wake(self._waiters.popleft())
+            else:
+                self._held = False
+
+
+class _VirtualEvent:
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+        self._set = False
+        self._waiters: list[_Waiter] = []
+
+    def set(self) -> None:
+        with self._clock._cond:
+            self._set = True
+            for waiter in self._waiters:
+                self._clock._wake(waiter)
+            self._waiters.clear()
+
+    def wait(self) -> bool:
+        with self._clock._cond:
+            if not self._set:
+                waiter = _Waiter()
+                self._waiters.append(waiter)
+                self._clock._block(waiter)
+        return True
+
+
+class _VirtualQueue(Generic[T]):
+    """A queue whose single consumer blocks on the clock while it is empty."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+        self._items: deque[T] = deque()
+        self._waiters: deque[_Waiter] = deque()
+
+    def put(self, item: T) -> None:
+        with self._clock._cond:
+            self._items.append(item)
+            if self._waiters:
+                self._clock._wake(self._waiters.popleft())
+
+    def get(self) -> T:
+        with self._clock._cond:
+            while not self._items:
+                waiter = _Waiter()
+                self._waiters.append(waiter)
+                self._clock._block(waiter)
+            return self._items.popleft()
+
+
+class _Joined:
+    def __init__(self, done: _VirtualEvent, thread: threading.Thread) -> None:
+        self._done = done
+        self._thread = thread
+
+    def join(self) -> None:
+        self._done.wait()
+        self._thread.join()  # it has only its detach left
+
+
+def make(kind: str) -> Clock:
+    return VirtualClock() if kind == "virtual" else RealClock()
