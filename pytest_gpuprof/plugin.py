@@ -211,8 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
-        if config.pluginmanager.is_registered(session):
-            config.pluginmanager.unregister(session)
+        session.unregister()
         session.close()
         del config.stash[SESSION]
 

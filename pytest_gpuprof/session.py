@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture
 PROFILER = pytest.StashKey["Profiler"]()
+HOOKS_NAME = "gpuprof-session"
 
 
 class GpuBudgetWarning(UserWarning):
@@ -93,8 +94,19 @@ class GpuSession:
 
     def register(self) -> None:
         """Hook this session into pytest (once)."""
-        if not self.config.pluginmanager.is_registered(self):
-            self.config.pluginmanager.register(self, "gpuprof-session")
+        if self.config.pluginmanager.get_plugin(HOOKS_NAME) is None:
+            self.config.pluginmanager.register(SessionHooks(self), HOOKS_NAME)
+
+    def unregister(self) -> None:
+        hooks = self.config.pluginmanager.get_plugin(HOOKS_NAME)
+        if hooks is not None:
+            self.config.pluginmanager.unregister(hooks)
+
+    @property
+    def runs_tests(self) -> bool:
+        """False for ``--collect-only`` and for a pytest-xdist controller: nothing to measure here."""
+        controller = getattr(self.config.option, "dist", "no") != "no" and not self.is_worker
+        return not (self.config.option.collectonly or controller)
 
     @property
     def started(self) -> bool:
@@ -172,7 +184,10 @@ class GpuSession:
             ]
         s = self.settings
         lines = [f"gpuprof: backend {self.backend_name} ({self.backend_reason})"]
-        if self.backend_name == "cuda":
+        if self.backend_name == "cuda" and not self.runs_tests:
+            why = "--collect-only" if self.config.option.collectonly else "each pytest-xdist worker starts its own"
+            lines.append(f"gpuprof: device not started here ({why})")
+        elif self.backend_name == "cuda":
             info = self.backend.info()
             lines.append(
                 f"gpuprof: device {info.index} {info.name}, {info.memory_bytes / (1 << 30):.0f} GiB, "
@@ -244,8 +259,8 @@ class GpuSession:
         )
 
     # baselines
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.settings.compare is None:
+    def load_baseline(self) -> None:
+        if self.settings.compare is None or not self.runs_tests:
             return
         from pytest_gpuprof import storage
 
@@ -309,13 +324,12 @@ class GpuSession:
             self.backend.trim()
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
-    # hooks
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        result = yield
+    # what the hooks ask for
+    def judge(self, item: pytest.Item) -> None:
+        """After a test's call: record it, warn about or fail a breach, gate a regression."""
         profiler = item.stash.get(PROFILER, None)
         if profiler is None:
-            return result
+            return
         message = self.verdict(item.nodeid, profiler)
         record = self.records.get(item.nodeid)
         if record is not None:
@@ -323,12 +337,14 @@ class GpuSession:
         regression = self.regression(item.nodeid)
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
         if message is not None and not self.settings.enforce:
-            warnings.warn(GpuBudgetWarning(message), stacklevel=1)
+            try:
+                warnings.warn(GpuBudgetWarning(message), stacklevel=1)
+            except GpuBudgetWarning:  # warnings are errors here (-W error): fail with the message
+                failures.append(message)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-        return result
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
         elif report.when == "teardown" and report.outcome == "failed":
@@ -340,14 +356,11 @@ class GpuSession:
             # pytest-xdist's report for the test a worker was running when it died
             self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report = yield
+    def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         if call.when == "teardown" and item.nodeid in self.records:
             # Everything the controller needs travels with the report (pytest-xdist sends
             # its __dict__), so a worker's tests are reported like local ones.
-            report.gpuprof = self.view(item.nodeid)
-        return report
+            report.gpuprof = self.view(item.nodeid)  # type: ignore[attr-defined]
 
     def view(self, nodeid: str) -> dict[str, Any]:
         """One test as every output needs it: report entry, table row, breach and compare lines, page data."""
@@ -397,7 +410,7 @@ class GpuSession:
             machine["devices"] = devices
         return tests, machine
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not (self.views or self.crashed):
             return
         from pytest_gpuprof.report import table
@@ -447,7 +460,7 @@ class GpuSession:
 
         return machine_record(self.device.to_dict(), self.truth)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def write_outputs(self) -> None:
         s = self.settings
         if self.is_worker or not (self.views or self.crashed):
             return
@@ -482,3 +495,41 @@ class GpuSession:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+
+
+class SessionHooks:
+    """The session's pytest hooks, each asking the session for one thing.
+
+    A separate object with plain attributes only: pytest 8.0-8.2 read every attribute of
+    a registered plugin while looking for fixtures, which would run the session's lazy
+    properties (start a backend) for nothing.
+    """
+
+    def __init__(self, session: GpuSession) -> None:
+        self._session = session
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session.load_baseline()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        result = yield
+        self._session.judge(item)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        self._session.annotate(item, call, report)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._session.logreport(report)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self._session.summary(terminalreporter)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._session.write_outputs()

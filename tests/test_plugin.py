@@ -295,3 +295,12 @@ def test_gpuprof_check_asserts_now(pytester):
         """
     )
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_under_w_error_a_breach_fails_with_its_message(pytester):
+    write_pyproject(pytester, "min_utilization = 0.5")
+    pytester.makepyfile(IDLE_TEST)
+    result = pytester.runpytest("-W", "error::pytest_gpuprof.session.GpuBudgetWarning")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
+    assert "Traceback" not in result.stdout.str()
