@@ -270,8 +270,8 @@ class Profiler:
     def _timeline(self, start: int, end: int) -> Timeline:
         self._collect()
         with self._lock:
-            steps = tuple(s for s in self._steps if s.end > start and s.start < end)
-            regions = tuple(r for r in self._regions if r.end > start and r.start < end)
+            steps = tuple(s for s in self._steps if s.end >= start and s.start <= end)
+            regions = tuple(r for r in self._regions if r.end >= start and r.start <= end)
             device = tuple(d for d in self._device if d.end > start and d.start < end)
             notes = tuple(self._notes)
         return Timeline(

@@ -82,11 +82,6 @@ class GpuSession:
                 self.settings = replace(self.settings, device=self._pick_device(self.settings, count))
                 if count is not None and self.settings.device >= count:
                     raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
-                if name == "cuda" and self.settings.host_clock == "virtual":
-                    raise RuntimeError(
-                        "--gpu-host-clock=virtual runs the host backend only, but the backend is cuda "
-                        f"({reason}): add --gpu-backend=host"
-                    )
             except RuntimeError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
             self._selected = name, reason
