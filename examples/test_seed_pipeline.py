@@ -22,6 +22,10 @@ def test_single_lock_pipeline(gpuprof, gpu_workload):
     gpuprof.check()
 
 
+# Measured: 82.7-85.3% true, 14.6-17.2 points of discrepancy on an H200 (4 runs);
+# 94.1% and 5.9 points on the host backend's virtual clock. The budget keeps a margin
+# of 7 points or more below both.
+@pytest.mark.gpu_budget(min_utilization=0.75, max_discrepancy=0.25)
 def test_two_lock_pipeline(gpuprof, gpu_workload):
     metrics = gpu_workload.partitions(n=8, workers=2, strategy="two-lock")
     assert metrics.steps["upload"].count == 8

@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+try:
+    from hypothesis import HealthCheck, settings
+    from hypothesis import strategies as st
+except ImportError as e:  # an extra: the plugin itself never needs hypothesis
+    raise ImportError("pytest_gpuprof.strategies needs hypothesis: pip install 'pytest-gpuprof[hypothesis]'") from e
 
 # DMA engines move 256-byte units; CuPy's pool rounds every block to 512 bytes; pages.
 ALIGNMENTS = (256, 512, 4096, 2 << 20)
