@@ -43,6 +43,16 @@ def _example_id() -> int:
     return id(current_build_context())
 
 
+def _example_choices() -> tuple[Any, ...] | None:
+    """The choices hypothesis made for the running example, which identify it when it is
+    run again. Hypothesis has no public API for them: this reads ``ConjectureData.choices``
+    (hypothesis 6.1xx), and without it verdicts are simply not remembered."""
+    from hypothesis.control import current_build_context
+
+    choices = getattr(current_build_context().data, "choices", None)
+    return tuple(choices) if choices is not None else None
+
+
 class GpuBudgetExceeded(AssertionError):
     """A window's metrics breached its budget; the message explains where the time went."""
 
@@ -96,6 +106,7 @@ class Profiler:
         self._watched_examples: set[int] = set()
         # the hypothesis example of the latest measure(), and how to measure it again
         self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
+        self._verdicts: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
         self._lock = threading.Lock()
         self._steps: list[Span] = []
         self._regions: list[Span] = []
@@ -167,14 +178,33 @@ class Profiler:
                 _example_id(),
                 lambda: self.repeat(lambda _: fn(), rounds=rounds, warmup=0, label="measure"),
             )
-            if self.enforce and self.windows[-1].breaches:
+            if self.enforce:
                 first = len(self.windows) - 1
-                breaches = self._confirm(self.budget)
+                breaches, judged = self._example_verdict(self.budget, self.windows[-1].breaches)
                 for window in self.windows[first:]:
                     window.settled = True
                 if breaches:
-                    self._raise_confirmed(breaches)
+                    self._raise_confirmed(breaches, judged)
         return metrics
+
+    def _example_verdict(self, budget: Budget, breaches: list[Breach]) -> tuple[list[Breach], Metrics]:
+        """The verdict of this hypothesis example on ``budget``: its breaches (none: it
+        keeps the budget) and the metrics they were judged on.
+
+        A breach counts once ``CONFIRMATIONS`` more measurements repeat it. When
+        hypothesis runs the same example again (to shrink, or to show the failure), it
+        gets the verdict the example already had: a window near its threshold, measured
+        again, can fall either side, and hypothesis would report that as Flaky.
+        """
+        choices = _example_choices()
+        key = (choices, repr(budget))
+        if choices is not None and key in self._verdicts:
+            return self._verdicts[key]
+        confirmed = self._confirm(budget) if breaches else []
+        verdict = confirmed, self.windows[-1].metrics
+        if choices is not None:
+            self._verdicts[key] = verdict
+        return verdict
 
     def _confirm(self, budget: Budget) -> list[Breach]:
         """Inside a hypothesis example a breach counts only once re-measuring repeats it:
@@ -192,14 +222,13 @@ class Profiler:
                 return []
         return breaches
 
-    def _raise_confirmed(self, breaches: list[Breach]) -> None:
-        last = self.windows[-1]
-        message = failure_message(breaches, last.metrics)
-        moved = [(name, s.bytes) for name, s in last.metrics.steps.items() if s.bytes]
+    def _raise_confirmed(self, breaches: list[Breach], metrics: Metrics) -> None:
+        message = failure_message(breaches, metrics)
+        moved = [(name, s.bytes) for name, s in metrics.steps.items() if s.bytes]
         if moved:
             message += "\n  buffers: " + ", ".join(f"{name} {n:,} B ({n / GIB:.4g} GiB)" for name, n in moved)
         message += f"\n  (confirmed by {CONFIRMATIONS} more measurements)"
-        raise GpuBudgetExceeded(message, breaches, last.metrics)
+        raise GpuBudgetExceeded(message, breaches, metrics)
 
     def _watch_example_memory(self) -> None:
         """Check, when this hypothesis example ends, that its device memory came back
@@ -319,12 +348,12 @@ class Profiler:
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
         breaches = evaluate(budget, current)
-        if breaches and self._remeasure is not None and in_hypothesis_example():
-            if self._remeasure[0] == _example_id():  # this example's measure(): confirm as it does
-                breaches = self._confirm(budget)
-                if breaches:
-                    self._raise_confirmed(breaches)
-                return self.windows[-1].metrics
+        if self._remeasure is not None and in_hypothesis_example() and self._remeasure[0] == _example_id():
+            # after this example's measure(): judged as measure() judges its own budget
+            breaches, judged = self._example_verdict(budget, breaches)
+            if breaches:
+                self._raise_confirmed(breaches, judged)
+            return current
         if breaches:
             raise GpuBudgetExceeded(failure_message(breaches, current), breaches, current)
         return current
