@@ -235,6 +235,8 @@ def explain(metrics: Metrics) -> list[str]:
         points = 100 * (claimed - metrics.utilization)
         verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
         lines.append(" and ".join(observers) + f": {verdict}")
+    # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
+    lines += [f"note: {note}" for note in metrics.notes]
     return lines
 
 

@@ -2,21 +2,23 @@
 
 Kernel, memcpy and memset records are kept between ``drain`` calls, whatever library
 (cuBLAS, cuFFT, CuPy) launched the work. Records carry their CUPTI stream id, by which a
-copy is matched to the step that ran on its stream (``stream_id``). Runtime and driver
-API records, which would name the launching thread, are not traced: cupti-python turns
-every record into a Python object, and API tracing costs ~100 us a launch that way.
+copy is matched to the step that ran on its stream (``stream_id``).
 
 CUPTI hands over full buffers on its own thread, in the middle of a measured window as
-well, and the callback holds the GIL: reading each record's fields through cupti-python
-costs ~25 us a record (measured on the H200), so 1,400 records stopped the threads that
-launch kernels for ~35 ms. The callback therefore copies the buffer's bytes in one piece
-and reads the fields with numpy (``unpack``), falling back to the objects only where the
-bytes are not laid out as cupti-python's record dtypes say.
+well. cupti-python builds a Python object for every record before its callback runs
+(about 60 us a record on the H200, holding the GIL), so a window of many launches would
+measure the profiler. The capture therefore registers its own buffer callbacks with the
+libcupti that cupti-python loaded (``RawBuffers``, through ``ctypes``): the completed
+callback only files the buffer away, and the records are read with numpy when the window
+is drained, after its end (``unpack``). cupti-python does everything else (enable, flush,
+timestamps, record dtypes). Where that library cannot be found, the capture falls back to
+cupti-python's objects, and the header says so.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import statistics
 import threading
 import time
@@ -29,11 +31,17 @@ from pytest_gpuprof.model import DeviceInterval, DeviceKind
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
 
+# Each buffer holds ~40,000 kernel records; a window that fills more gets more buffers.
 BUFFER_BYTES = 8 << 20
+# CUPTI wants 8-byte aligned buffers; ctypes arrays come from malloc (16-byte aligned).
+_REQUESTED = ctypes.CFUNCTYPE(
+    None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
+)
+_COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
 
 
 def start() -> tuple[CuptiCapture | None, str]:
-    """A running capture and 'live', or ``None`` and why CUPTI is off."""
+    """A running capture and 'live (how records are read)', or ``None`` and why CUPTI is off."""
     try:
         from cupti import cupti
     except ImportError:
@@ -41,13 +49,79 @@ def start() -> tuple[CuptiCapture | None, str]:
     except Exception as e:
         return None, f"off (cupti-python failed to load: {e})"
     try:
-        return CuptiCapture(cupti), "live"
+        capture = CuptiCapture(cupti, library=libcupti)
     except Exception as e:  # taken by another profiler, no permission, version mismatch
         return None, f"off (CUPTI refused: {e})"
+    return capture, f"live ({capture.reading})"
+
+
+def libcupti() -> ctypes.CDLL:
+    """The libcupti that this process already loaded (cupti-python's), else the system's."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcupti.so" in line}
+    if len(paths) == 1:
+        return ctypes.CDLL(paths.pop())
+    found = ctypes.util.find_library("cupti")
+    if found is None or paths:
+        raise OSError(f"which libcupti cupti-python uses is unclear: loaded {sorted(paths)}, found {found}")
+    return ctypes.CDLL(found)
+
+
+class RawBuffers:
+    """CUPTI's activity buffers, handed to CUPTI and taken back as raw memory.
+
+    The callbacks run on CUPTI's thread and only move a buffer between lists: no record
+    is touched until ``take``. Buffers are recycled through ``give_back``.
+    """
+
+    def __init__(self, library: Any, size: int = BUFFER_BYTES) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        # two at hand: CUPTI asks for one at once and another while it hands the first over
+        self._free = [ctypes.create_string_buffer(size) for _ in range(2)]
+        self._lent: dict[int, ctypes.Array[ctypes.c_char]] = {}
+        self._filled: list[tuple[ctypes.Array[ctypes.c_char], int]] = []
+        # kept as attributes: CUPTI calls them for as long as the process lives
+        self._requested = _REQUESTED(self._on_requested)
+        self._completed = _COMPLETED(self._on_completed)
+        status = library.cuptiActivityRegisterCallbacks(self._requested, self._completed)
+        if status != 0:
+            raise RuntimeError(f"cuptiActivityRegisterCallbacks returned {status}")
+
+    def _on_requested(self, buffer: Any, size: Any, max_records: Any) -> None:
+        with self._lock:
+            memory = self._free.pop() if self._free else ctypes.create_string_buffer(self.size)
+            address = ctypes.addressof(memory)
+            self._lent[address] = memory
+        buffer[0] = address
+        size[0] = self.size
+        max_records[0] = 0  # as many as fit
+
+    def _on_completed(self, context: int, stream: int, buffer: int, size: int, valid: int) -> None:
+        with self._lock:
+            memory = self._lent.pop(buffer, None)
+            if memory is None:
+                return
+            if valid:
+                self._filled.append((memory, valid))
+            else:
+                self._free.append(memory)
+
+    def take(self) -> list[tuple[ctypes.Array[ctypes.c_char], int]]:
+        """The buffers CUPTI filled since the last call, with their valid bytes."""
+        with self._lock:
+            filled, self._filled = self._filled, []
+        return filled
+
+    def give_back(self, buffers: list[tuple[ctypes.Array[ctypes.c_char], int]]) -> None:
+        with self._lock:
+            self._free.extend(memory for memory, _ in buffers)
 
 
 class CuptiCapture:
-    def __init__(self, cupti: Any) -> None:
+    def __init__(self, cupti: Any, library: Any = None) -> None:
+        """``library``: a function returning libcupti (``ctypes``) to receive buffers from
+        CUPTI directly; without it, or where it fails, cupti-python's objects are read."""
         self._cupti = cupti
         kinds = cupti.ActivityKind
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
@@ -59,16 +133,30 @@ class CuptiCapture:
                 int(self._kernel): ("kernel", cupti.activity_kernel10_dtype),
                 int(self._memcpy): ("memcpy", cupti.activity_memcpy6_dtype),
                 int(self._memset): ("memset", cupti.activity_memset4_dtype),
+                # runtime and driver API records, where something enables them: walked over
+                int(kinds.RUNTIME): ("api", cupti.activity_api_dtype),
+                int(kinds.DRIVER): ("api", cupti.activity_api_dtype),
             }
         except AttributeError:  # a cupti-python without these record versions: read the objects
             pass
         self._names: dict[int, str] = {}  # kernel name pointer -> name (CUPTI shares one per kernel)
         self._lock = threading.Lock()
         self._records: list[Record] = []
-        self.deliveries = {"bytes": 0, "objects": 0}  # how each delivered buffer was read
+        # how each delivered buffer was read: from CUPTI's buffer, as cupti-python's objects,
+        # or not at all (bytes not laid out as the record dtypes say: its records are lost)
+        self.deliveries = {"buffers": 0, "objects": 0, "unreadable": 0}
         self.dropped = 0
-        self.offset_ns = self._clock_offset()
-        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        self.offset_ns = self._clock_offset()  # also loads libcupti, which ``library`` looks for
+        self._raw: RawBuffers | None = None
+        self.reading = "cupti-python's record objects, ~60 us a record"
+        if library is not None and self._layouts:
+            try:
+                self._raw = RawBuffers(library())
+                self.reading = "records read from CUPTI's buffers"
+            except Exception as e:
+                self.reading += f": CUPTI's buffers could not be taken directly ({e})"
+        if self._raw is None:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         self._enabled = [self._kernel, self._memcpy, self._memset]
         for kind in self._enabled:
             cupti.activity_enable(kind)
@@ -83,6 +171,7 @@ class CuptiCapture:
             samples.append(stamp - (before + after) // 2)
         return int(statistics.median(samples))
 
+    # cupti-python's callbacks: the fallback
     def _buffer_requested(self) -> tuple[int, int]:
         return BUFFER_BYTES, 0
 
@@ -90,34 +179,31 @@ class CuptiCapture:
         # Records are only valid inside this callback: copy them out now.
         if not activities:
             return
-        try:
-            kept = self._from_bytes(activities) if self._layouts else None
-        except Exception:  # a field not where the dtype says it is
-            kept = None
-        if kept is None:
-            kept = self._from_objects(activities)
-            self.deliveries["objects"] += 1
-        else:
-            self.deliveries["bytes"] += 1
+        kept = self._from_objects(activities)
+        self.deliveries["objects"] += 1
         with self._lock:
             self._records.extend(kept)
 
-    def _from_bytes(self, activities: list[Any]) -> list[Record] | None:
-        first, last = activities[0], activities[-1]
-        layout = self._layouts.get(int(last.kind))
-        if layout is None:
-            return None
-        start = int(first.ptr)
-        last_offset = int(last.ptr) - start
-        raw = ctypes.string_at(start, last_offset + layout[1].itemsize)
-        tables = unpack(raw, len(activities), last_offset, self._layouts)
-        if tables is None:
-            return None
-        kernels = tables.get("kernel")
-        if kernels is not None:
-            for pointer in set(kernels["name"].tolist()) - self._names.keys():
-                self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
-        return records_of(tables, self._names, self._copy_names, self._pageable)
+    def _from_buffers(self) -> list[Record]:
+        """The records of the buffers CUPTI filled since the last drain."""
+        assert self._raw is not None
+        filled = self._raw.take()
+        kept: list[Record] = []
+        try:
+            for memory, valid in filled:
+                tables = unpack(np.frombuffer(memoryview(memory).cast("B"), dtype=np.uint8, count=valid), self._layouts)
+                if tables is None:
+                    self.deliveries["unreadable"] += 1
+                    continue
+                self.deliveries["buffers"] += 1
+                kernels = tables.get("kernel")
+                if kernels is not None:
+                    for pointer in set(kernels["name"].tolist()) - self._names.keys():
+                        self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
+                kept += records_of(tables, self._names, self._copy_names, self._pageable)
+        finally:
+            self._raw.give_back(filled)
+        return kept
 
     def _from_objects(self, activities: list[Any]) -> list[Record]:
         kept: list[Record] = []
@@ -137,11 +223,19 @@ class CuptiCapture:
         """CUPTI's id of a CUDA stream handle, as activity records name it."""
         return int(self._cupti.get_stream_id_ex(context, stream, 0))
 
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
-        """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
-        self._cupti.activity_flush_all(1)
+    def _flush(self) -> list[Record]:
+        """Everything CUPTI recorded until now, read."""
+        self._cupti.activity_flush_all(1)  # forced: hands over partly filled buffers too
         with self._lock:
             records, self._records = self._records, []
+        if self._raw is not None:
+            records += self._from_buffers()
+        return records
+
+    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+        """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
+        unreadable = self.deliveries["unreadable"]
+        records = self._flush()
         offset = self.offset_ns
         out = [
             DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable)
@@ -151,12 +245,14 @@ class CuptiCapture:
         dropped = self._dropped()
         if dropped:
             self.dropped += dropped
-            notes.append(f"CUPTI dropped {self.dropped} activity records: device time is undercounted")
+            notes.append(f"CUPTI dropped {dropped} activity records: device time is undercounted")
+        if self.deliveries["unreadable"] > unreadable:
+            lost = self.deliveries["unreadable"] - unreadable
+            notes.append(f"{lost} CUPTI buffer(s) not laid out as expected: their records are lost")
         return out, notes
 
     def _dropped(self) -> int:
-        import numpy as np
-
+        """Records CUPTI dropped since the last call (its count restarts when read)."""
         count = np.zeros(1, dtype=np.uint64)
         try:
             self._cupti.activity_get_num_dropped_records(0, 0, count.ctypes.data)
@@ -166,47 +262,46 @@ class CuptiCapture:
 
     def reset(self) -> None:
         """Forget everything recorded so far (a test starts)."""
-        self._cupti.activity_flush_all(1)
-        with self._lock:
-            self._records.clear()
+        self._flush()
 
     def stop(self) -> None:
-        self._cupti.activity_flush_all(1)
+        self._flush()
         for kind in self._enabled:
             self._cupti.activity_disable(kind)
-        with self._lock:
-            self._records.clear()
 
 
-def unpack(
-    raw: bytes, count: int, last_offset: int, layouts: Mapping[int, tuple[str, np.dtype]]
-) -> dict[str, np.ndarray] | None:
-    """The ``count`` records packed in ``raw``, one structured array per kind of record.
+def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict[str, np.ndarray] | None:
+    """The records packed in ``raw`` (uint8), one structured array per kind of record.
 
-    Each record starts with its kind (uint32) and is as long as its kind's dtype. ``None``
-    when the walk meets an unknown kind or does not end on ``last_offset`` and the end of
-    ``raw``: the bytes are not laid out as the dtypes say.
+    Each record starts with its kind (uint32) and is as long as its kind's dtype. The walk
+    goes a run of records of one kind at a time: numpy reads the kind at each stride of
+    that kind's length and the run ends at the first that differs, so Python steps once a
+    run, not once a record. ``None`` when the walk meets an unknown kind or does not end
+    exactly at the end of ``raw``: the bytes are not laid out as the dtypes say.
     """
-    offsets: dict[int, list[int]] = {}
-    offset = previous = 0
-    for _ in range(count):
-        if offset + 4 > len(raw):
+    total = len(raw)
+    words = raw[: total // 4 * 4].view(np.uint32)
+    runs: dict[int, list[np.ndarray]] = {}
+    offset = 0
+    while offset < total:
+        if offset + 4 > total:
             return None
-        kind = int.from_bytes(raw[offset : offset + 4], "little")
+        kind = int(words[offset // 4])
         if kind not in layouts:
             return None
-        offsets.setdefault(kind, []).append(offset)
-        previous = offset
-        offset += layouts[kind][1].itemsize
-    if previous != last_offset or offset != len(raw):
-        return None
-    buffer = np.frombuffer(raw, dtype=np.uint8)
-    tables = {}
-    for kind, starts in offsets.items():
-        name, dtype = layouts[kind]
-        rows = buffer[np.asarray(starts)[:, None] + np.arange(dtype.itemsize)]
-        tables[name] = rows.view(dtype).ravel()
-    return tables
+        itemsize = layouts[kind][1].itemsize
+        fit = (total - offset) // itemsize
+        if fit == 0:
+            return None
+        if itemsize % 4:  # no stride over words: one record
+            run = 1
+        else:
+            kinds = words[offset // 4 :: itemsize // 4][:fit]
+            breaks = np.flatnonzero(kinds != kind)
+            run = int(breaks[0]) if len(breaks) else fit
+        runs.setdefault(kind, []).append(raw[offset : offset + run * itemsize])
+        offset += run * itemsize
+    return {layouts[kind][0]: np.concatenate(pieces).view(layouts[kind][1]) for kind, pieces in runs.items()}
 
 
 def records_of(
@@ -223,8 +318,10 @@ def records_of(
             labels = [copy_names.get(k, "copy") for k in t["copy_kind"].tolist()]
             nbytes = t["bytes"].tolist()
             pageable = ((t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)).tolist()
-        else:
+        elif kind == "memset":
             labels, nbytes, pageable = ["memset"] * count, t["bytes"].tolist(), [False] * count
+        else:  # API records: not device work
+            continue
         columns = (t["start"].tolist(), t["end"].tolist(), t["stream_id"].tolist(), labels, nbytes, pageable)
         out += [(kind, *fields) for fields in zip(*columns, strict=True)]
     return out

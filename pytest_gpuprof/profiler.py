@@ -274,12 +274,13 @@ class Profiler:
                 self._reset()
 
     def _reset(self) -> None:
-        """Forget spans and device work already accounted for in a window."""
+        """Forget spans, device work and notes already accounted for in a window."""
         self._collect()
         with self._lock:
             self._steps.clear()
             self._regions.clear()
             self._device.clear()
+            self._notes.clear()
 
     @property
     def measuring(self) -> bool:

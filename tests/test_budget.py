@@ -42,6 +42,20 @@ def test_breach_message_explains_where_the_time_went():
     assert lines[3] == "  brackets report 99.9% and NVML 95.6%: instrumentation over-reports by 51.6 points"
 
 
+def test_a_window_whose_records_were_dropped_says_so_in_its_message():
+    m = seed_like_metrics()
+    dropped = metrics.compute(
+        Timeline(
+            0, 1418 * MS, "cupti", (), (), (), (), ("CUPTI dropped 12 activity records: device time is undercounted",)
+        )
+    )
+    breaches = evaluate(Budget(min_utilization=0.8), dropped)
+    assert failure_message(breaches, dropped).splitlines()[-1] == (
+        "  note: CUPTI dropped 12 activity records: device time is undercounted"
+    )
+    assert "note:" not in failure_message(evaluate(Budget(min_utilization=0.8), m), m)
+
+
 def test_every_limit_kind_is_checked():
     m = seed_like_metrics()
     budget = Budget(

@@ -39,7 +39,15 @@ MEMSET = np.dtype(
         "itemsize": 64,
     }
 )
-LAYOUTS = {10: ("kernel", KERNEL), 1: ("memcpy", MEMCPY), 2: ("memset", MEMSET)}
+API = np.dtype(
+    {
+        "names": ["kind", "cbid", "start", "end", "process_id", "thread_id", "correlation_id"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<u4", "<u4", "<u4"],
+        "offsets": [0, 4, 8, 16, 24, 28, 32],
+        "itemsize": 40,
+    }
+)
+LAYOUTS = {10: ("kernel", KERNEL), 1: ("memcpy", MEMCPY), 2: ("memset", MEMSET), 5: ("api", API)}
 NAMES = {0: "", 0x1000: "gemm", 0x2000: "fft"}
 COPY_NAMES = {1: "HTOD", 2: "DTOH"}
 PAGEABLE = 1
@@ -49,17 +57,17 @@ u64 = st.integers(0, 2**63)
 kernel = st.tuples(st.just(10), u64, u64, u32, st.sampled_from(sorted(NAMES)))
 memcpy = st.tuples(st.just(1), st.sampled_from([1, 2, 9]), st.integers(0, 3), st.integers(0, 3), u64, u64, u64, u32)
 memset = st.tuples(st.just(2), u64, u64, u64, u32)
-records = st.lists(st.one_of(kernel, memcpy, memset), min_size=1, max_size=40)
+api = st.tuples(st.just(5), u32, u64, u64, u32, u32, u32)
+records = st.lists(st.one_of(kernel, memcpy, memset, api), min_size=1, max_size=40)
 
 
-def pack(fields: list[tuple[int, ...]]) -> tuple[bytes, int]:
-    """The records packed one after another, and the offset of the last."""
-    raw, last = b"", 0
-    for f in fields:
-        dtype = LAYOUTS[f[0]][1]
-        last = len(raw)
-        raw += np.array([f], dtype=dtype).tobytes()
-    return raw, last
+def pack(fields: list[tuple[int, ...]]) -> bytes:
+    """The records packed one after another, as in a CUPTI buffer."""
+    return b"".join(np.array([f], dtype=LAYOUTS[f[0]][1]).tobytes() for f in fields)
+
+
+def as_array(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8)
 
 
 def expected(f: tuple[int, ...]) -> tuple[object, ...]:
@@ -72,40 +80,43 @@ def expected(f: tuple[int, ...]) -> tuple[object, ...]:
     return ("memset", f[2], f[3], f[4], "memset", f[1], False)
 
 
+def device_work(fields: list[tuple[int, ...]]) -> list[tuple[object, ...]]:
+    """What the capture keeps: device work, not the API records around it."""
+    return [expected(f) for f in fields if f[0] != 5]
+
+
 @given(records)
 def test_unpacked_records_match_field_by_field_reading(fields: list[tuple[int, ...]]) -> None:
-    raw, last = pack(fields)
-    tables = unpack(raw, len(fields), last, LAYOUTS)
+    tables = unpack(as_array(pack(fields)), LAYOUTS)
     assert tables is not None
     got = records_of(tables, NAMES, COPY_NAMES, PAGEABLE)
-    assert sorted(got, key=repr) == sorted((expected(f) for f in fields), key=repr)
+    assert sorted(got, key=repr) == sorted(device_work(fields), key=repr)
 
 
 @given(records, st.data())
 def test_bytes_not_laid_out_as_expected_are_refused(fields: list[tuple[int, ...]], data: st.DataObject) -> None:
-    raw, last = pack(fields)
-    wrong = data.draw(
-        st.sampled_from(["count", "last", "truncated", "unknown kind"]).filter(
-            lambda w: w != "count" or len(fields) > 1
-        )
-    )
-    if wrong == "count":  # fewer records than the buffer holds
-        assert unpack(raw, len(fields) - 1, last, LAYOUTS) is None
-    elif wrong == "last":
-        assert unpack(raw, len(fields), last + 8, LAYOUTS) is None
-    elif wrong == "truncated":
-        assert unpack(raw[:-1], len(fields), last, LAYOUTS) is None
+    raw = pack(fields)
+    wrong = data.draw(st.sampled_from(["truncated by a byte", "torn last record", "trailing zeros", "unknown kind"]))
+    if wrong == "truncated by a byte":
+        assert unpack(as_array(raw[:-1]), LAYOUTS) is None
+    elif wrong == "torn last record":
+        assert unpack(as_array(raw[:-8]), LAYOUTS) is None
+    elif wrong == "trailing zeros":  # kind 0 is no record kind here
+        assert unpack(as_array(raw + bytes(8)), LAYOUTS) is None
     else:
-        assert unpack(raw, len(fields), last, {k: v for k, v in LAYOUTS.items() if k != fields[-1][0]}) is None
+        assert unpack(as_array(raw), {k: v for k, v in LAYOUTS.items() if k != fields[-1][0]}) is None
 
 
 class FakeCupti:
     """The parts of cupti-python the capture calls, over records packed in host memory."""
 
-    ActivityKind = enum.IntEnum("ActivityKind", {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2})
+    ActivityKind = enum.IntEnum(
+        "ActivityKind", {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2, "DRIVER": 4, "RUNTIME": 5}
+    )
     ActivityMemoryKind = enum.IntEnum("ActivityMemoryKind", {"PAGEABLE": PAGEABLE, "PINNED": 2})
     ActivityMemcpyKind = enum.IntEnum("ActivityMemcpyKind", {name: kind for kind, name in COPY_NAMES.items()})
     activity_kernel10_dtype, activity_memcpy6_dtype, activity_memset4_dtype = KERNEL, MEMCPY, MEMSET
+    activity_api_dtype = API
 
     def __init__(self) -> None:
         self.completed: Any = None
@@ -127,7 +138,7 @@ class FakeCupti:
 NAME_BUFFERS = {pointer: ctypes.create_string_buffer(name.encode()) for pointer, name in NAMES.items() if pointer}
 
 
-def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCupti, *, shift_last: int = 0) -> None:
+def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCupti) -> None:
     """Hand the capture a buffer of these records, as cupti-python does: objects pointing into it."""
     real = {pointer: ctypes.addressof(buffer) for pointer, buffer in NAME_BUFFERS.items()}
     objects, raw = [], b""
@@ -140,8 +151,8 @@ def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCup
     memory = ctypes.create_string_buffer(raw, len(raw))
     base = ctypes.addressof(memory)
     activities = []
-    for i, (offset, f) in enumerate(objects):
-        ptr = base + offset + (shift_last if i == len(objects) - 1 else 0)
+    for offset, f in objects:
+        ptr = base + offset
         if f[0] == 10:
             name = ctypes.string_at(f[4]).decode() if f[4] else ""
             activities.append(SimpleNamespace(kind=10, ptr=ptr, start=f[1], end=f[2], stream_id=f[3], name=name))
@@ -160,26 +171,87 @@ def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCup
                     stream_id=stream,
                 )
             )
-        else:
+        elif f[0] == 2:
             activities.append(SimpleNamespace(kind=2, ptr=ptr, bytes=f[1], start=f[2], end=f[3], stream_id=f[4]))
+        else:
+            activities.append(SimpleNamespace(kind=f[0], ptr=ptr))
     cupti.completed(activities)
 
 
-@given(records, st.sampled_from([0, 8]))
-def test_the_callback_reads_bytes_and_objects_alike(fields: list[tuple[int, ...]], shift_last: int) -> None:
-    shift_last = shift_last if len(fields) > 1 else 0  # a lone record is the first one too
+class FakeLibrary:
+    """libcupti's ``cuptiActivityRegisterCallbacks``, keeping the callbacks as CUPTI would."""
+
+    def __init__(self) -> None:
+        self.requested: Any = None
+        self.completed: Any = None
+
+    def cuptiActivityRegisterCallbacks(self, requested: Any, completed: Any) -> int:
+        self.requested, self.completed = requested, completed
+        return 0
+
+    def fill(self, fields: list[tuple[int, ...]]) -> None:
+        """Ask for a buffer through the real ctypes callback, write records, hand it back."""
+        buffer, size, most = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+        self.requested(ctypes.byref(buffer), ctypes.byref(size), ctypes.byref(most))
+        assert buffer.value and buffer.value % 8 == 0
+        raw = pack(with_real_names(fields))
+        assert len(raw) <= size.value
+        ctypes.memmove(buffer.value, raw, len(raw))
+        self.completed(None, 0, buffer.value, size.value, len(raw))
+
+
+def with_real_names(fields: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    real = {pointer: ctypes.addressof(buffer) for pointer, buffer in NAME_BUFFERS.items()}
+    return [(*f[:4], real.get(f[4], 0)) if f[0] == 10 else f for f in fields]
+
+
+@given(records)
+def test_records_from_cuptis_buffers_and_from_objects_agree(fields: list[tuple[int, ...]]) -> None:
+    library = FakeLibrary()
+    raw_capture = CuptiCapture(FakeCupti(), library=lambda: library)
+    assert raw_capture.reading == "records read from CUPTI's buffers"
+    raw_capture.offset_ns = 0  # each capture reads its own clock offset: compare records, not reads
+    library.fill(fields)
+    library.fill([])  # an empty buffer is no delivery
+    by_buffers, notes = raw_capture.drain()
+    assert raw_capture.deliveries == {"buffers": 1, "objects": 0, "unreadable": 0} and not notes
+
     cupti = FakeCupti()
-    capture = CuptiCapture(cupti)
-    deliver(fields, capture, cupti, shift_last=shift_last)
-    deliver([], capture, cupti)  # an empty buffer is no delivery
-    by_bytes, _ = capture.drain()
-    # a last record not where the count of bytes says is read from the objects instead
-    assert capture.deliveries == ({"bytes": 1, "objects": 0} if not shift_last else {"bytes": 0, "objects": 1})
-    capture._layouts = {}  # as with a cupti-python without the record dtypes
-    deliver(fields, capture, cupti)
-    by_objects, _ = capture.drain()
-    assert capture.deliveries["objects"] == 1 + bool(shift_last)
-    assert sorted(by_bytes, key=repr) == sorted(by_objects, key=repr)
-    assert sorted((d.kind, d.name, d.bytes, d.pageable) for d in by_bytes) == sorted(
-        (e[0], e[4], e[5], e[6]) for e in map(expected, fields)
+    object_capture = CuptiCapture(cupti)  # no library: cupti-python's objects
+    object_capture.offset_ns = 0
+    deliver(fields, object_capture, cupti)
+    deliver([], object_capture, cupti)
+    by_objects, _ = object_capture.drain()
+    assert object_capture.deliveries == {"buffers": 0, "objects": 1, "unreadable": 0}
+
+    assert sorted(by_buffers, key=repr) == sorted(by_objects, key=repr)
+    assert sorted((d.kind, d.name, d.bytes, d.pageable) for d in by_buffers) == sorted(
+        (e[0], e[4], e[5], e[6]) for e in device_work(fields)
     )
+
+
+def test_buffers_are_recycled_and_an_unreadable_one_is_reported():
+    library = FakeLibrary()
+    capture = CuptiCapture(FakeCupti(), library=lambda: library)
+    record = (10, 5, 9, 1, 0x1000)
+    for _ in range(3):
+        library.fill([record] * 100)
+        (kernel, *more), _ = capture.drain()
+        assert len(more) == 99 and kernel.name == "gemm"
+    assert capture._raw is not None and len(capture._raw._free) == 2  # the same two buffers, over and over
+    buffer, size, most = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    library.requested(ctypes.byref(buffer), ctypes.byref(size), ctypes.byref(most))
+    ctypes.memmove(buffer.value, pack([record]) + bytes(8), 224)  # 8 bytes that are no record
+    library.completed(None, 0, buffer.value, size.value, 224)
+    intervals, notes = capture.drain()
+    assert intervals == [] and capture.deliveries["unreadable"] == 1
+    assert notes == ["1 CUPTI buffer(s) not laid out as expected: their records are lost"]
+
+
+def test_without_the_library_the_objects_are_read_and_the_header_says_why():
+    def missing() -> Any:
+        raise OSError("no libcupti loaded")
+
+    capture = CuptiCapture(FakeCupti(), library=missing)
+    assert capture._raw is None
+    assert capture.reading.endswith("CUPTI's buffers could not be taken directly (no libcupti loaded)")

@@ -110,7 +110,7 @@ class CudaBackend:
         return "cupti" if self._cupti is not None else "events"
 
     def cupti_status(self) -> str:
-        return "live" if self._cupti is not None else self._cupti_reason
+        return self._cupti_reason  # "live (how records are read)" or "off (why)"
 
     def info(self) -> DeviceInfo:
         cp = self._cp

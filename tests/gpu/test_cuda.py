@@ -148,7 +148,9 @@ def test_activity_buffers_are_read_from_their_bytes(gpuprof, gpu_workload):
     assert 16 * MIB in [d.bytes for d in device if d.kind == "memset"]
     assert any("gemm" in d.name.lower() for d in device if d.kind == "kernel")
     assert all(d.start < d.end for d in device)
-    assert capture.deliveries["bytes"] > before["bytes"] and capture.deliveries["objects"] == before["objects"]
+    assert capture.reading == "records read from CUPTI's buffers"
+    assert capture.deliveries["buffers"] > before["buffers"]
+    assert capture.deliveries["objects"] == before["objects"] and capture.deliveries["unreadable"] == 0
     del zeros
 
 
