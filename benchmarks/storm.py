@@ -1,7 +1,8 @@
 """What CUPTI tracing costs a test that launches many kernels: empty-kernel storms.
 
-Run on a CUDA machine: ``python benchmarks/storm.py`` (CuPy, cupti-python). Each way of
-tracing runs in its own process, since CUPTI's buffer callbacks belong to the process:
+Run on a CUDA machine: ``python benchmarks/storm.py [MODE ...] [--profile=FILE]`` (CuPy,
+cupti-python). Each way of tracing runs in its own process, since CUPTI's buffer
+callbacks belong to the process:
 
 - ``off``: no CUPTI;
 - ``objects``: the capture reading cupti-python's record objects (what it did before);
@@ -33,6 +34,7 @@ BURSTS, LAUNCHES = 5, 20_000
 
 def storm(mode: str) -> None:
     import cupy as cp
+    import numpy as np
 
     empty = cp.RawKernel(r'extern "C" __global__ void empty() {}', "empty")
     stream = cp.cuda.Stream(non_blocking=True)
@@ -45,9 +47,9 @@ def storm(mode: str) -> None:
 
     launch(1000)  # compile and load the kernel before any tracing
     capture = None
-    if mode != "off":
-        from cupti import cupti
+    from cupti import cupti
 
+    if mode != "off":
         from pytest_gpuprof.cupti_capture import CuptiCapture, libcupti
 
         capture = CuptiCapture(cupti, library=libcupti if mode.startswith("buffers") else None)
@@ -60,18 +62,62 @@ def storm(mode: str) -> None:
         start = time.perf_counter_ns()
         launch(LAUNCHES)
         bursts.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
-    drain_s, records = 0.0, 0
+    flush_s = read_s = 0.0
+    records = 0
     if capture is not None:
         start = time.perf_counter_ns()
-        intervals, notes = capture.drain()
-        drain_s = (time.perf_counter_ns() - start) / 1e9
+        cupti.activity_flush_all(1)  # CUPTI hands over what it holds: the callbacks run now
+        flush_s = (time.perf_counter_ns() - start) / 1e9
+        start = time.perf_counter_ns()
+        intervals, notes = capture.drain()  # reading: every record into a DeviceInterval
+        read_s = (time.perf_counter_ns() - start) / 1e9
         records = len(intervals)
         print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
+        if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to intervals
+            from pytest_gpuprof.cupti_capture import records_of, unpack
+
+            launch(LAUNCHES)
+            cupti.activity_flush_all(1)
+            filled = capture._raw.take()
+            start = time.perf_counter_ns()
+            tables = [
+                unpack(np.frombuffer(memoryview(m).cast("B"), np.uint8, count=v), capture._layouts) for m, v in filled
+            ]
+            unpack_ns = time.perf_counter_ns() - start
+            start = time.perf_counter_ns()
+            for t in tables:
+                assert t is not None
+                kernels = records_of(t, capture._names, capture._copy_names, capture._pageable)
+            records_ns = time.perf_counter_ns() - start
+            count = sum(len(t["kernel"]) for t in tables if t is not None)
+            print(
+                f"  {mode}: {count} kernel records: unpack {unpack_ns / count / 1000:.3f} us/record, "
+                f"into intervals {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
+            )
+    if mode == "buffers":  # kernel tracing switched off and on in turns, in this one process
+        kind = cupti.ActivityKind.CONCURRENT_KERNEL
+        off, on = [], []
+        for _ in range(5):
+            cupti.activity_disable(kind)
+            start = time.perf_counter_ns()
+            launch(LAUNCHES)
+            off.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+            cupti.activity_enable(kind)
+            start = time.perf_counter_ns()
+            launch(LAUNCHES)
+            on.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+            capture.drain()
+        print(
+            f"  buffers: kernel records off/on in turns, per launch: on {statistics.median(on):.2f} us, "
+            f"off {statistics.median(off):.2f} us: {statistics.median(on) - statistics.median(off):+.2f} us",
+            flush=True,
+        )
     median = statistics.median(bursts)
-    per_record = f"{drain_s * 1e6 / records:.2f} us/record" if records else "-"
+    per_record = f"{read_s * 1e6 / records:.2f} us/record" if records else "-"
     print(
         f"{mode:<12} per launch by burst (us): {', '.join(f'{b:.2f}' for b in bursts)}; median {median:.2f}; "
-        f"slowest/median {max(bursts) / median:.2f}; drain {drain_s:.3f} s for {records} kernel records ({per_record})",
+        f"slowest/median {max(bursts) / median:.2f}; flush {flush_s:.3f} s, read {read_s:.3f} s "
+        f"for {records} kernel records ({per_record})",
         flush=True,
     )
 
@@ -90,7 +136,9 @@ def test_storm(gpuprof):
 """
 
 
-def plugin() -> None:
+def plugin(profile_to: str | None) -> None:
+    """The storm test in a child pytest, with CUPTI and without; with ``profile_to``, the
+    CUPTI run once more under cProfile, its statistics written there."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_storm.py").write_text(PLUGIN_TEST)
         for extra in ((), ("--gpu-no-cupti",)):
@@ -110,15 +158,49 @@ def plugin() -> None:
                 f"kernels {m['kernel_ms']:.0f} ms, truth {m['truth']}; whole pytest run {run_s:.2f} s",
                 flush=True,
             )
+        if profile_to:
+            stats = Path(tmp, "profile.out")
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "cProfile",
+                    "-o",
+                    str(stats),
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--gpu-report={Path(tmp, 'r.json')}",
+                    tmp,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            import pstats
+
+            with open(profile_to, "w") as out:
+                pstats.Stats(str(stats), stream=out).sort_stats("cumulative").print_stats(60)
 
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--mode":
         storm(sys.argv[2])
         return
-    for mode in ("off", "objects", "buffers", "buffers+api"):
-        subprocess.run([sys.executable, __file__, "--mode", mode], check=True, cwd=ROOT)
-    plugin()
+    modes = [a for a in sys.argv[1:] if not a.startswith("--")] or [
+        "off",
+        "objects",
+        "buffers",
+        "buffers+api",
+        "plugin",
+    ]
+    for mode in modes:
+        if mode != "plugin":
+            subprocess.run([sys.executable, __file__, "--mode", mode], check=True, cwd=ROOT)
+    if "plugin" in modes:
+        profile = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), None)
+        plugin(profile)
 
 
 if __name__ == "__main__":

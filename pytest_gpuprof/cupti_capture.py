@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import statistics
+import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -30,6 +32,7 @@ import numpy as np
 from pytest_gpuprof.model import DeviceInterval, DeviceKind
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
+_KIND = struct.Struct("<I")  # every activity record starts with its kind
 
 # Each buffer holds ~40,000 kernel records; a window that fills more gets more buffers.
 BUFFER_BYTES = 8 << 20
@@ -184,11 +187,11 @@ class CuptiCapture:
         with self._lock:
             self._records.extend(kept)
 
-    def _from_buffers(self) -> list[Record]:
-        """The records of the buffers CUPTI filled since the last drain."""
+    def _from_buffers(self) -> list[DeviceInterval]:
+        """The device work in the buffers CUPTI filled since the last drain, in the host clock."""
         assert self._raw is not None
         filled = self._raw.take()
-        kept: list[Record] = []
+        kept: list[DeviceInterval] = []
         try:
             for memory, valid in filled:
                 tables = unpack(np.frombuffer(memoryview(memory).cast("B"), dtype=np.uint8, count=valid), self._layouts)
@@ -200,7 +203,7 @@ class CuptiCapture:
                 if kernels is not None:
                     for pointer in set(kernels["name"].tolist()) - self._names.keys():
                         self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
-                kept += records_of(tables, self._names, self._copy_names, self._pageable)
+                kept += records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns)
         finally:
             self._raw.give_back(filled)
         return kept
@@ -223,24 +226,24 @@ class CuptiCapture:
         """CUPTI's id of a CUDA stream handle, as activity records name it."""
         return int(self._cupti.get_stream_id_ex(context, stream, 0))
 
-    def _flush(self) -> list[Record]:
-        """Everything CUPTI recorded until now, read."""
+    def _flush(self) -> list[DeviceInterval]:
+        """Everything CUPTI recorded until now, in the host clock."""
         self._cupti.activity_flush_all(1)  # forced: hands over partly filled buffers too
         with self._lock:
             records, self._records = self._records, []
-        if self._raw is not None:
-            records += self._from_buffers()
-        return records
-
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
-        """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
-        unreadable = self.deliveries["unreadable"]
-        records = self._flush()
         offset = self.offset_ns
         out = [
             DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable)
             for kind, start, end, stream, name, nbytes, pageable in records
         ]
+        if self._raw is not None:
+            out += self._from_buffers()
+        return out
+
+    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+        """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
+        unreadable = self.deliveries["unreadable"]
+        out = self._flush()
         notes = []
         dropped = self._dropped()
         if dropped:
@@ -273,42 +276,63 @@ class CuptiCapture:
 def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict[str, np.ndarray] | None:
     """The records packed in ``raw`` (uint8), one structured array per kind of record.
 
-    Each record starts with its kind (uint32) and is as long as its kind's dtype. The walk
-    goes a run of records of one kind at a time: numpy reads the kind at each stride of
-    that kind's length and the run ends at the first that differs, so Python steps once a
-    run, not once a record. ``None`` when the walk meets an unknown kind or does not end
-    exactly at the end of ``raw``: the bytes are not laid out as the dtypes say.
+    Each record starts with its kind (uint32) and is as long as its kind's dtype. Records
+    of one kind usually come in long runs: numpy reads the kind at each stride of that
+    kind's length ahead, and the run ends at the first that differs, so Python steps once
+    a run. Where kinds alternate (API records between kernels), the walk steps a record
+    at a time. ``None`` when it meets an unknown kind or does not end exactly at the end
+    of ``raw``: the bytes are not laid out as the dtypes say.
     """
     total = len(raw)
     words = raw[: total // 4 * 4].view(np.uint32)
-    runs: dict[int, list[np.ndarray]] = {}
-    offset = 0
+    read_kind, data = _KIND.unpack_from, raw.data
+    sizes = {kind: dtype.itemsize for kind, (_, dtype) in layouts.items()}
+    runs: dict[int, list[list[int]]] = {kind: [] for kind in layouts}  # [first offset, records]
+    offset, previous, streak = 0, -1, 0
     while offset < total:
-        if offset + 4 > total:
+        if offset % 4 or offset + 4 > total:
             return None
-        kind = int(words[offset // 4])
-        if kind not in layouts:
+        (kind,) = read_kind(data, offset)
+        itemsize = sizes.get(kind)
+        if itemsize is None or offset + itemsize > total:
             return None
-        itemsize = layouts[kind][1].itemsize
-        fit = (total - offset) // itemsize
-        if fit == 0:
-            return None
-        if itemsize % 4:  # no stride over words: one record
-            run = 1
+        streak = streak + 1 if kind == previous else 0
+        previous = kind
+        run = 1
+        if streak >= 4 and itemsize % 4 == 0:
+            # a run: numpy reads the kind a stride apart, looking further each time
+            fit, look = (total - offset) // itemsize, 64
+            while True:
+                ahead = words[offset // 4 :: itemsize // 4][: min(fit, look)]
+                breaks = np.flatnonzero(ahead != kind)
+                if len(breaks) or len(ahead) == fit:
+                    run = int(breaks[0]) if len(breaks) else fit
+                    break
+                look *= 4
+        kind_runs = runs[kind]
+        if streak and kind_runs:  # right after this kind's previous record
+            kind_runs[-1][1] += run
         else:
-            kinds = words[offset // 4 :: itemsize // 4][:fit]
-            breaks = np.flatnonzero(kinds != kind)
-            run = int(breaks[0]) if len(breaks) else fit
-        runs.setdefault(kind, []).append(raw[offset : offset + run * itemsize])
+            kind_runs.append([offset, run])
         offset += run * itemsize
-    return {layouts[kind][0]: np.concatenate(pieces).view(layouts[kind][1]) for kind, pieces in runs.items()}
+    tables = {}
+    for kind, kind_runs in runs.items():
+        if kind_runs:
+            name, dtype = layouts[kind]
+            pieces = [raw[first : first + count * dtype.itemsize] for first, count in kind_runs]
+            tables[name] = np.concatenate(pieces).view(dtype)  # a copy: the buffer goes back to CUPTI
+    return tables
 
 
 def records_of(
-    tables: Mapping[str, np.ndarray], names: Mapping[int, str], copy_names: Mapping[int, str], pageable_kind: int
-) -> list[Record]:
-    """Records in the capture's tuple form from ``unpack``'s tables."""
-    out: list[Record] = []
+    tables: Mapping[str, np.ndarray],
+    names: Mapping[int, str],
+    copy_names: Mapping[int, str],
+    pageable_kind: int,
+    offset_ns: int = 0,
+) -> list[DeviceInterval]:
+    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``)."""
+    out: list[DeviceInterval] = []
     for kind, t in tables.items():
         count = len(t)
         if kind == "kernel":
@@ -322,6 +346,8 @@ def records_of(
             labels, nbytes, pageable = ["memset"] * count, t["bytes"].tolist(), [False] * count
         else:  # API records: not device work
             continue
-        columns = (t["start"].tolist(), t["end"].tolist(), t["stream_id"].tolist(), labels, nbytes, pageable)
-        out += [(kind, *fields) for fields in zip(*columns, strict=True)]
+        start = (t["start"].astype(np.int64) - offset_ns).tolist()
+        end = (t["end"].astype(np.int64) - offset_ns).tolist()
+        columns = ([kind] * count, start, end, t["stream_id"].tolist(), labels, nbytes, pageable)
+        out += itertools.starmap(DeviceInterval, zip(*columns, strict=True))
     return out

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof.cupti_capture import CuptiCapture, records_of, unpack
+from pytest_gpuprof.model import DeviceInterval
 
 # Shaped like cupti-python's record dtypes: the kind first, fields at fixed offsets.
 KERNEL = np.dtype(
@@ -53,12 +54,19 @@ COPY_NAMES = {1: "HTOD", 2: "DTOH"}
 PAGEABLE = 1
 
 u32 = st.integers(0, 2**32 - 1)
-u64 = st.integers(0, 2**63)
+u64 = st.integers(0, 2**63 - 1)  # CUPTI's timestamps: nanoseconds since 1970
 kernel = st.tuples(st.just(10), u64, u64, u32, st.sampled_from(sorted(NAMES)))
 memcpy = st.tuples(st.just(1), st.sampled_from([1, 2, 9]), st.integers(0, 3), st.integers(0, 3), u64, u64, u64, u32)
 memset = st.tuples(st.just(2), u64, u64, u64, u32)
 api = st.tuples(st.just(5), u32, u64, u64, u32, u32, u32)
-records = st.lists(st.one_of(kernel, memcpy, memset, api), min_size=1, max_size=40)
+record = st.one_of(kernel, memcpy, memset, api)
+# kinds mixed record by record, and in runs long enough for the walk to look ahead
+records = st.one_of(
+    st.lists(record, min_size=1, max_size=40),
+    st.lists(st.tuples(record, st.integers(1, 300)), min_size=1, max_size=5).map(
+        lambda runs: [r for r, count in runs for _ in range(count)]
+    ),
+)
 
 
 def pack(fields: list[tuple[int, ...]]) -> bytes:
@@ -70,17 +78,19 @@ def as_array(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8)
 
 
-def expected(f: tuple[int, ...]) -> tuple[object, ...]:
+def expected(f: tuple[int, ...]) -> DeviceInterval:
     """One record read field by field, as the capture reads cupti-python's objects."""
     if f[0] == 10:
-        return ("kernel", f[1], f[2], f[3], NAMES[f[4]], 0, False)
+        return DeviceInterval("kernel", f[1], f[2], f[3], NAMES[f[4]], 0, False)
     if f[0] == 1:
         _, kind, src, dst, nbytes, start, end, stream = f
-        return ("memcpy", start, end, stream, COPY_NAMES.get(kind, "copy"), nbytes, PAGEABLE in (src, dst))
-    return ("memset", f[2], f[3], f[4], "memset", f[1], False)
+        return DeviceInterval(
+            "memcpy", start, end, stream, COPY_NAMES.get(kind, "copy"), nbytes, PAGEABLE in (src, dst)
+        )
+    return DeviceInterval("memset", f[2], f[3], f[4], "memset", f[1], False)
 
 
-def device_work(fields: list[tuple[int, ...]]) -> list[tuple[object, ...]]:
+def device_work(fields: list[tuple[int, ...]]) -> list[DeviceInterval]:
     """What the capture keeps: device work, not the API records around it."""
     return [expected(f) for f in fields if f[0] != 5]
 
