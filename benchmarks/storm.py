@@ -94,6 +94,15 @@ def storm(mode: str) -> None:
                 f"  {mode}: {count} kernel records: unpack {unpack_ns / count / 1000:.3f} us/record, "
                 f"into intervals {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
             )
+    if capture is not None:  # the same bursts again, right after a drain: warm-up or backlog?
+        capture.drain()
+        again = []
+        for _ in range(BURSTS):
+            start = time.perf_counter_ns()
+            launch(LAUNCHES)
+            again.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+        capture.drain()
+        print(f"  {mode}: the bursts again after a drain (us): {', '.join(f'{b:.2f}' for b in again)}", flush=True)
     if mode == "buffers":  # kernel tracing switched off and on in turns, in this one process
         kind = cupti.ActivityKind.CONCURRENT_KERNEL
         off, on = [], []

@@ -8,10 +8,11 @@ that have one; what no step covers is ``unattributed``.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
 
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof.model import UNATTRIBUTED, DeviceInterval, Sample, Span, Timeline, Truth
@@ -172,7 +173,9 @@ def attribute_idle(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[
     """Charge each idle stretch to the innermost step of each thread active then.
 
     ``idle`` is sorted and disjoint. Returns nanoseconds charged per step name and the
-    nanoseconds no step covered; the two add up to the total idle length.
+    nanoseconds no step covered; the two add up to the total idle length. The active
+    steps change only where a step opens or closes: between two such points, the idle
+    time inside is charged at once (a window can hold a hundred thousand idle stretches).
     """
     charged: dict[str, float] = defaultdict(float)
     unattributed = 0.0
@@ -186,28 +189,24 @@ def attribute_idle(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[
     for span in relevant:
         opening[span.start].append(span)
         closing[span.end].append(span)
-        points.update((span.start, span.end))
-    for a, b in idle:
-        points.update((a, b))
+        points.update(p for p in (span.start, span.end) if lo < p < hi)
     ordered = sorted(points)
+    before = _idle_before(idle, ordered)
 
     active: dict[int, list[Span]] = defaultdict(list)
     for span in relevant:
         if span.start < lo:
             active[span.thread].append(span)
-    idle_index = 0
-    for a, b in itertools.pairwise(ordered):
+    for i, a in enumerate(ordered[:-1]):
         for span in closing.get(a, ()):
             active[span.thread].remove(span)
         for span in opening.get(a, ()):
             if span.start >= lo:
                 active[span.thread].append(span)
-        while idle_index < len(idle) and idle[idle_index][1] <= a:
-            idle_index += 1
-        if idle_index == len(idle) or idle[idle_index][0] > a:
+        stretch = before[i + 1] - before[i]
+        if stretch <= 0:
             continue
         innermost = [max(lane, key=lambda s: (s.depth, s.start, s.name)) for lane in active.values() if lane]
-        stretch = b - a
         if not innermost:
             unattributed += stretch
             continue
@@ -215,6 +214,17 @@ def attribute_idle(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[
         for span in innermost:
             charged[span.name] += share
     return dict(charged), unattributed
+
+
+def _idle_before(idle: Sequence[iv.Interval], points: Sequence[int]) -> list[int]:
+    """For each point, the idle time before it (``idle`` sorted and disjoint)."""
+    spans = np.asarray(idle, dtype=np.int64)
+    starts, ends = spans[:, 0], spans[:, 1]
+    done = np.r_[0, np.cumsum(ends - starts)]  # idle in the first k stretches
+    at = np.asarray(points, dtype=np.int64)
+    k = np.searchsorted(ends, at, side="right")  # stretches over by then
+    partial = np.where(k < len(starts), np.clip(at - starts[np.minimum(k, len(starts) - 1)], 0, None), 0)
+    return (done[k] + partial).tolist()
 
 
 def _step_metrics(

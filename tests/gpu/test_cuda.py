@@ -211,6 +211,10 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
     # nothing configured: the test starts the backend, and the summary names it
     result = pytester.runpytest_subprocess(*plugin_args)
     result.stdout.fnmatch_lines(
-        ["gpuprof: not started *", "*gpuprof: true GPU utilization*", "gpuprof: truth cupti; CUPTI live; NVML live"]
+        [
+            "gpuprof: not started *",
+            "*gpuprof: true GPU utilization*",
+            "gpuprof: truth cupti; CUPTI live (records read from CUPTI's buffers); NVML live",
+        ]
     )
     result.assert_outcomes(passed=1)
