@@ -74,14 +74,19 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_gpuprof import __version__
+
     parser = argparse.ArgumentParser(prog="gpuprof", description="read, compare and merge pytest-gpuprof reports")
+    parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     p_show = commands.add_parser("show", help="print a report")
     p_show.add_argument("report", type=Path)
     p_compare = commands.add_parser("compare", help="compare NEW with BASE; exit 1 on a clear regression")
     p_compare.add_argument("base", type=Path)
     p_compare.add_argument("new", type=Path)
-    p_compare.add_argument("--fail", default=DEFAULT_FAIL, metavar="EXPR[,EXPR...]", help=f"default {DEFAULT_FAIL}")
+    p_compare.add_argument(
+        "--fail", default=DEFAULT_FAIL, metavar="EXPR[,EXPR...]", help=f"default {DEFAULT_FAIL.replace('%', '%%')}"
+    )
     p_merge = commands.add_parser("merge", help="merge reports of one machine")
     p_merge.add_argument("reports", type=Path, nargs="+")
     p_merge.add_argument("-o", "--output", type=Path, required=True)
@@ -99,6 +104,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (BaselineError, CompareError) as e:
         print(f"gpuprof {args.command}: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        # a report that passed the checks of ``load`` but holds fields of the wrong shape
+        read = (
+            [args.report]
+            if args.command == "show"
+            else [args.base, args.new]
+            if args.command == "compare"
+            else args.reports
+        )
+        where = ", ".join(map(str, read))
+        print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
 
 

@@ -14,6 +14,7 @@ so fewer than 4 rounds a side never give a verdict.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+
+from pytest_gpuprof.metrics import NVML_SCALARS, SCALARS, STEP_SCALARS
 
 ALPHA = 0.05
 EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
@@ -66,6 +69,13 @@ def parse_thresholds(text: str) -> list[Threshold]:
                 "METRIC:-Npt | METRIC:+Nms | METRIC:-Nms, e.g. utilization:-2pt or wall_ms:+10%"
             )
         metric, unit = match["metric"], match["unit"]
+        if not known_metric(metric):
+            close = difflib.get_close_matches(metric, [*SCALARS, *(f"nvml.{k}" for k in NVML_SCALARS)], n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CompareError(
+                f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {', '.join(SCALARS)}, "
+                f"steps.NAME.{{{','.join(STEP_SCALARS)}}}, nvml.{{{','.join(NVML_SCALARS)}}}"
+            )
         if unit == "pt" and metric not in FRACTIONS:
             raise CompareError(
                 f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
@@ -76,6 +86,17 @@ def parse_thresholds(text: str) -> list[Threshold]:
     if not out:
         raise CompareError("compare-fail: no expression given")
     return out
+
+
+def known_metric(path: str) -> bool:
+    """Whether ``path`` names a metric of the report: ``wall_ms``, ``steps.upload.gbps``, ``nvml.util_mean``."""
+    if path in SCALARS:
+        return True
+    head, _, rest = path.partition(".")
+    if head == "nvml":
+        return rest in NVML_SCALARS
+    step, _, key = rest.rpartition(".")
+    return head == "steps" and bool(step) and key in STEP_SCALARS
 
 
 Verdict = Literal["regression", "inconclusive", "improvement", "unchanged", "missing"]

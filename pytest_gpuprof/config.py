@@ -6,7 +6,9 @@ where it came from, which the plugin turns into a pytest usage error (exit code 
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +50,8 @@ class Settings:
     trace: Path | None = None
     html: Path | None = None
     save: str | None = None
-    compare: str | bool | None = None
+    # "latest", a baseline name or a report's path
+    compare: str | None = None
     compare_fail: tuple[Threshold, ...] = ()
     compare_any_machine: bool = False
     storage: Path = Path(".gpuprof")
@@ -62,6 +65,45 @@ _FILE_KEYS: dict[str, tuple[Any, float, float]] = {
     "device": (int, 0, 1_024),
     "nvml_interval": ((int, float), 1, 60_000),
 }
+
+
+def check_number(key: str, value: Any, source: str) -> None:
+    """One of the numeric settings: a finite number of the right kind, in its range."""
+    kinds, lo, hi = _FILE_KEYS[key]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{source}: '{key}' must be a number, not {type(value).__name__} {value!r}")
+    if not lo <= value <= hi:  # NaN fails this too
+        raise ConfigError(f"{source}: '{key}' = {value!r} is out of range [{lo:g}, {hi:g}]")
+
+
+def check_output(option: str, path: Path, *, folder: bool = False) -> None:
+    """An output path that can be written: checked at start-up, not after every test ran."""
+    target = Path(path)
+    if target.exists():
+        if folder and not target.is_dir():
+            raise ConfigError(f"{option}={path}: exists and is not a folder")
+        if not folder and target.is_dir():
+            raise ConfigError(f"{option}={path}: is a folder; give a file path")
+        if not _can_create_in(target if folder else target.parent):
+            raise ConfigError(f"{option}={path}: not writable")
+        return
+    parent = target.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option}={path}: the folder {parent} does not exist")
+    if not _can_create_in(parent):
+        raise ConfigError(f"{option}={path}: the folder {parent} is not writable")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder``: tried, as the atomic writes will (a
+    permission check alone passes for root on read-only file systems such as /proc)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gpuprof-probe.", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -96,11 +138,7 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
             if value not in _CHOICES[key]:
                 raise ConfigError(f"{source}: '{key}' must be one of {', '.join(_CHOICES[key])}, not {value!r}")
         elif key in _FILE_KEYS:
-            kinds, lo, hi = _FILE_KEYS[key]
-            if isinstance(value, bool) or not isinstance(value, kinds):
-                raise ConfigError(f"{source}: '{key}' must be a number, not {type(value).__name__} {value!r}")
-            if not lo <= value <= hi:
-                raise ConfigError(f"{source}: '{key}' = {value!r} is out of range [{lo:g}, {hi:g}]")
+            check_number(key, value, source)
         else:
             raise ConfigError(f"{source}: unknown key '{key}'; valid keys: {', '.join(valid)}")
         settings[key] = value
@@ -112,10 +150,12 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
 
 
 def read_budget_file(path: Path) -> Budget:
-    """A ``--gpu-budget=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
+    """A ``--gpu-budget-file=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
     if not path.is_file():
-        raise ConfigError(f"--gpu-budget={path}: no such file")
+        raise ConfigError(f"--gpu-budget-file={path}: no such file")
     data = load_toml(path)
+    if "tool" in data and not data.get("tool", {}).get("gpuprof", {}).get("budget"):
+        raise ConfigError(f"{path}: a [tool] table without [tool.gpuprof.budget]: nothing here is a budget")
     nested = data.get("tool", {}).get("gpuprof", {}).get("budget") if "tool" in data else None
     try:
         return parse_budget(nested if nested is not None else data, str(path))

@@ -12,17 +12,18 @@ def current_span_id() -> int | None:
     return stack[-1] if stack else None
 
 
-def push_span(span_id: int) -> int:
-    """Open a span on this thread; returns its nesting depth (0 for the outermost)."""
+def push_span(span_id: int) -> list[int]:
+    """Open a span on this thread; returns this thread's stack of open spans (the span's
+    nesting depth is its length less one)."""
     stack: list[int] | None = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
     stack.append(span_id)
-    return len(stack) - 1
+    return stack
 
 
-def pop_span(span_id: int) -> None:
-    stack: list[int] = _local.stack
+def pop_span(stack: list[int], span_id: int) -> None:
+    """Close a span on the stack it was opened on."""
     # Steps close in LIFO order per thread: a context manager cannot do otherwise.
     if stack and stack[-1] == span_id:
         stack.pop()

@@ -240,9 +240,10 @@ def _step_metrics(
             by_name[span.name].append(span)
     out: dict[str, StepMetrics] = {}
     for name in sorted(by_name):
-        spans = by_name[name]
+        every = by_name[name]
+        spans = _outermost(every)
         durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
-        copies = [c for sp in spans for c in copies_by_span.get(sp.span_id, ())]
+        copies = [c for sp in every for c in copies_by_span.get(sp.span_id, ())]
         declared = [sp.bytes for sp in spans if sp.bytes is not None]
         copied = sum(c.bytes for c in copies)
         nbytes = sum(declared) if declared else copied
@@ -263,6 +264,20 @@ def _step_metrics(
             pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
         )
     return out
+
+
+def _outermost(spans: Sequence[Span]) -> list[Span]:
+    """The spans of one name less those nested in another of that name on their thread:
+    a step that opens itself again (a helper called from a helper) counts once."""
+    kept: list[Span] = []
+    enclosing: dict[int, Span] = {}  # per thread, the last span kept
+    for span in sorted(spans, key=lambda s: (s.thread, s.start, -s.end, s.depth)):
+        outer = enclosing.get(span.thread)
+        if outer is not None and span.depth > outer.depth and outer.start <= span.start and span.end <= outer.end:
+            continue
+        kept.append(span)
+        enclosing[span.thread] = span
+    return kept
 
 
 def _copies_by_span(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:

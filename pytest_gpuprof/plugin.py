@@ -6,6 +6,7 @@ so loading this plugin costs little on a machine that never measures anything.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
-from pytest_gpuprof.config import BACKENDS, HOST_CLOCKS, ConfigError, Settings, read_budget_file, read_pyproject
+from pytest_gpuprof.config import (
+    BACKENDS,
+    HOST_CLOCKS,
+    ConfigError,
+    Settings,
+    check_number,
+    check_output,
+    read_budget_file,
+    read_pyproject,
+)
 from pytest_gpuprof.session import PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
@@ -56,13 +66,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     global _options
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
     _options = group.options
+    group.addoption("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
     group.addoption(
-        "--gpu-budget",
-        nargs="?",
-        const=True,
+        "--gpu-budget-file",
         default=None,
         metavar="FILE",
-        help="enforce GPU budgets: a breach fails the test. FILE: a TOML budget, schema of [tool.gpuprof.budget]",
+        help="a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
     )
     group.addoption("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
     group.addoption(
@@ -87,11 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
     group.addoption(
         "--gpu-compare",
-        nargs="?",
-        const=True,
         default=None,
-        metavar="NAME|PATH",
-        help="compare with the newest (or named) baseline of this machine",
+        metavar="latest|NAME|PATH",
+        help="compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
     )
     group.addoption(
         "--gpu-compare-fail",
@@ -112,23 +119,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _settings(config: pytest.Config) -> Settings:
+    """Every setting, validated before any test runs: a mistake is a usage error naming
+    the option or key, the value and what would be valid."""
     opt = config.getoption
     pyproject = _pyproject(config)
     file_settings, file_budget = read_pyproject(pyproject)
-    budget_opt = opt("--gpu-budget")
     budget = file_budget
-    if isinstance(budget_opt, str):
-        budget = read_budget_file(Path(budget_opt)).merged_over(file_budget)
-    for name, minimum in (("--gpu-rounds", 1), ("--gpu-warmup", 0), ("--gpu-device", 0), ("--gpu-nvml-interval", 1)):
-        value = opt(name)
-        if value is not None and value < minimum:
-            raise ConfigError(f"{name}={value}: must be at least {minimum}")
+    if opt("--gpu-budget-file") is not None:
+        budget = read_budget_file(Path(opt("--gpu-budget-file"))).merged_over(file_budget)
+    for option, key in (("--gpu-rounds", "rounds"), ("--gpu-warmup", "warmup"), ("--gpu-device", "device")):
+        if opt(option) is not None:
+            check_number(key, opt(option), option)
+    if opt("--gpu-nvml-interval") is not None:
+        check_number("nvml_interval", opt("--gpu-nvml-interval"), "--gpu-nvml-interval")
 
     def pick(option: str, key: str, default: Any) -> Any:
         value = opt(option)
         return value if value is not None else file_settings.get(key, default)
 
-    report = opt("--gpu-report")
+    def output(option: str, *, folder: bool = False) -> Path | None:
+        value = opt(option)
+        if value is None:
+            return None
+        check_output(option, Path(value), folder=folder)
+        return Path(value)
+
     thresholds: tuple[Any, ...] = ()
     if opt("--gpu-compare-fail"):
         from pytest_gpuprof.compare import CompareError, parse_thresholds
@@ -137,6 +152,20 @@ def _settings(config: pytest.Config) -> Settings:
             thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
         except CompareError as e:
             raise ConfigError(f"--gpu-compare-fail: {e}") from None
+    save = opt("--gpu-save")
+    if save is not None:
+        from pytest_gpuprof.storage import BaselineError, check_name
+
+        try:
+            check_name(save)
+        except BaselineError as e:
+            raise ConfigError(str(e)) from None
+    storage = Path(opt("--gpu-storage"))
+    if save is not None:
+        check_output("--gpu-storage", storage, folder=True)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        check_output("GITHUB_STEP_SUMMARY", Path(summary))
     compare = opt("--gpu-compare")
     # the host clock alone starts nothing: it says how to run once something starts
     given = any(opt(o.dest) != getattr(o, "default", False) for o in _options if o.dest != "gpu_host_clock")
@@ -146,21 +175,21 @@ def _settings(config: pytest.Config) -> Settings:
         device=pick("--gpu-device", "device", 0),
         rounds=pick("--gpu-rounds", "rounds", 5),
         warmup=pick("--gpu-warmup", "warmup", 1),
-        enforce=budget_opt is not None,
+        enforce=opt("--gpu-budget"),
         budget=budget,
-        report=Path(report) if report else None,
+        report=output("--gpu-report"),
         cupti=not opt("--gpu-no-cupti"),
         nvml=not opt("--gpu-no-nvml"),
         nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
         pyproject=pyproject,
         devices=_devices(opt("--gpu-devices")),
-        trace=Path(opt("--gpu-trace")) if opt("--gpu-trace") else None,
-        html=Path(opt("--gpu-html")) if opt("--gpu-html") else None,
-        save=opt("--gpu-save"),
-        compare=compare if compare is not None else (True if thresholds else None),
+        trace=output("--gpu-trace", folder=True),
+        html=output("--gpu-html"),
+        save=save,
+        compare=compare if compare is not None else ("latest" if thresholds else None),
         compare_fail=thresholds,
         compare_any_machine=opt("--gpu-compare-any-machine"),
-        storage=Path(opt("--gpu-storage")),
+        storage=storage,
         configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
     )
 
@@ -190,7 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gpu_budget(min_utilization=..., max_overhead_ms=..., max_discrepancy=..., steps={...}): "
-        "this test's GPU budget, over [tool.gpuprof.budget] and --gpu-budget=FILE",
+        "this test's GPU budget, over [tool.gpuprof.budget] and --gpu-budget-file",
     )
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")
     try:

@@ -383,9 +383,11 @@ class _SpanScope:
         "_pageable",
         "_profiler",
         "_span_id",
+        "_stack",
         "_start",
         "_stream",
         "_stream_id",
+        "_thread",
         "_token",
     )
 
@@ -402,7 +404,9 @@ class _SpanScope:
 
     def __enter__(self) -> None:
         self._span_id = span_id = next(_span_ids)
-        self._depth = push_span(span_id)
+        self._stack = push_span(span_id)
+        self._depth = len(self._stack) - 1
+        self._thread = threading.get_ident()
         profiler = self._profiler
         is_step = self._into is profiler._steps
         backend = profiler.backend
@@ -414,12 +418,17 @@ class _SpanScope:
         end = self._now()
         if self._token is not None:
             self._profiler.backend.close_span(self._token)
-        pop_span(self._span_id)
+        pop_span(self._stack, self._span_id)
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(
+                f"gpuprof step {self._name!r} was opened on thread {self._thread} and closed on thread "
+                f"{threading.get_ident()}: a step opens and closes on one thread (it is not recorded)"
+            )
         # list.append is atomic: no lock needed on this path
         self._into.append(
             Span(
                 self._name,
-                threading.get_ident(),
+                self._thread,
                 self._start,
                 end,
                 self._depth,

@@ -259,7 +259,7 @@ class GpuSession:
             return
         from pytest_gpuprof import storage
 
-        wanted = self.settings.compare if isinstance(self.settings.compare, str) else None
+        wanted = None if self.settings.compare == "latest" else self.settings.compare
         machine = self.machine()
         try:
             path = storage.find(self.settings.storage, machine["id"], wanted)

@@ -23,9 +23,17 @@ class BaselineError(ValueError):
     """A baseline that cannot be used, with the file and the reason."""
 
 
+def check_name(name: str) -> None:
+    """A baseline name: part of a file name, so letters, digits, '.', '_' and '-', 1 to 64 of them."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name) or name in (".", "..") or name == "latest":
+        raise BaselineError(
+            f"--gpu-save={name!r}: a baseline name is 1 to 64 letters, digits, '.', '_' or '-' "
+            "(and not 'latest', which --gpu-compare reads as the newest baseline)"
+        )
+
+
 def save(report: dict[str, Any], storage: Path, name: str) -> Path:
-    if not re.fullmatch(r"[\w.\-]+", name):
-        raise BaselineError(f"--gpu-save={name!r}: use letters, digits, '.', '_' and '-' only")
+    check_name(name)
     folder = Path(storage) / report["machine"]["id"]
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".save.", suffix=".tmp", dir=folder)
@@ -61,7 +69,9 @@ def baselines(storage: Path, machine_id: str) -> list[Path]:
 
 def find(storage: Path, machine_id: str, wanted: str | None) -> Path:
     """The newest baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
-    if wanted and (wanted.endswith(".json") or os.sep in wanted) and Path(wanted).is_file():
+    if wanted and (wanted.endswith(".json") or os.sep in wanted):
+        if not Path(wanted).is_file():
+            raise BaselineError(f"{wanted}: no such report file")
         return Path(wanted)
     candidates = baselines(storage, machine_id)
     if wanted:

@@ -8,6 +8,8 @@ two-worker pipeline of DESIGN.md in its single-lock and two-lock forms.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +58,7 @@ class GpuWorkload:
 
     # primitives
     def alloc(self, nbytes: int) -> Any:
+        nbytes = _byte_count("alloc", nbytes)
         with self.profiler.step("alloc"), self._out_of_memory("alloc", nbytes):
             return self.backend.alloc(nbytes)
 
@@ -75,6 +78,7 @@ class GpuWorkload:
 
     def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:
         """Copy to the device and wait for the copy, as ``cudaMemcpy`` does."""
+        nbytes = _byte_count("upload", nbytes)
         stream = self.backend.default_stream if stream is None else stream
         with (
             self.profiler.step("upload", bytes=nbytes, stream=stream, pageable=not pinned),
@@ -94,9 +98,10 @@ class GpuWorkload:
 
     def compute(self, ms: float | None = None, kind: str = "fft", *, stream: Any = None) -> None:
         """About ``ms`` of kernels (default: 10 ms), waited for."""
+        ms = 10.0 if ms is None else _milliseconds("compute", ms)
         stream = self.backend.default_stream if stream is None else stream
         with self.profiler.step("compute", stream=stream):
-            self.backend.compute(10.0 if ms is None else ms, kind=kind, stream=stream)
+            self.backend.compute(ms, kind=kind, stream=stream)
             self.backend.synchronize(stream)
 
     # the seed pipeline
@@ -128,8 +133,8 @@ class GpuWorkload:
             raise ValueError(f"partitions(strategy={strategy!r}): must be one of {', '.join(STRATEGIES)}")
         if n < 1 or workers < 1:
             raise ValueError(f"partitions(n={n}, workers={workers}): both must be at least 1")
-        nbytes = self.default_upload_bytes if upload_bytes is None else int(upload_bytes)
-        ms = self.compute_ms_for(nbytes) if compute_ms is None else float(compute_ms)
+        nbytes = self.default_upload_bytes if upload_bytes is None else _byte_count("partitions", upload_bytes)
+        ms = self.compute_ms_for(nbytes) if compute_ms is None else _milliseconds("partitions", compute_ms)
         partition = self._single_lock if strategy == "single-lock" else self._two_lock
         clock = self.backend.clock
         locks = (clock.lock(), clock.lock())
@@ -185,6 +190,24 @@ class GpuWorkload:
             self.backend.close_stream(stream)
         self._streams.clear()
         self.backend.trim()
+
+
+def _byte_count(what: str, nbytes: Any) -> int:
+    """A workload's byte count: a whole number, at least 1."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+        raise TypeError(f"{what}(nbytes={nbytes!r}): a byte count must be an int, not {type(nbytes).__name__}")
+    if nbytes < 1:
+        raise ValueError(f"{what}(nbytes={nbytes}): a byte count must be at least 1")
+    return int(nbytes)
+
+
+def _milliseconds(what: str, ms: Any) -> float:
+    """A workload's kernel time: a finite number of milliseconds, not negative."""
+    if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
+        raise TypeError(f"{what}(ms={ms!r}): milliseconds must be a number, not {type(ms).__name__}")
+    if not 0 <= float(ms) < math.inf:
+        raise ValueError(f"{what}(ms={ms}): milliseconds must be finite and not negative")
+    return float(ms)
 
 
 def _run_workers(clock: Clock, n: int, workers: int, partition: Callable[[int], None]) -> None:

@@ -38,7 +38,7 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
     assert len(list(Path(suite.path, ".gpuprof").glob("host-*/0001_main.json"))) == 1
     result.stdout.fnmatch_lines(["gpuprof: baseline saved as .gpuprof*0001_main.json"])
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
+    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -62,14 +62,14 @@ def test_unchanged_code_passes_the_gate(suite):
 def test_without_compare_fail_a_regression_is_only_reported(suite, monkeypatch):
     suite.runpytest("--gpu-save=main")
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare")
+    result = suite.runpytest("--gpu-compare=latest")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_slowed: regression", "*wall_ms: baseline*: regression"])
 
 
 def test_new_test_is_new_not_a_crash(suite):
     suite.runpytest("--gpu-save=main", "-k", "steady")
-    result = suite.runpytest("--gpu-compare", "--gpu-compare-fail=wall_ms:+20%")
+    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_slowed: new (not in the baseline)"])
 
@@ -94,7 +94,18 @@ def test_another_machines_baseline_is_refused_unless_asked(suite):
     ("args", "fragment"),
     [
         (["--gpu-compare-fail=wall_ms:10%"], "--gpu-compare-fail: compare-fail expression 'wall_ms:10%': expected"),
-        (["--gpu-compare"], "--gpu-compare: no baseline for machine host-"),
+        (["--gpu-compare=latest"], "--gpu-compare: no baseline for machine host-"),
+        (["--gpu-compare=/nowhere/nope.json"], "--gpu-compare: /nowhere/nope.json: no such report file"),
+        (["--gpu-compare-fail=wal_ms:+20%"], "no metric 'wal_ms' (did you mean wall_ms?); metrics are wall_ms, "),
+        (["--gpu-save=a/b"], "--gpu-save='a/b': a baseline name is 1 to 64 letters"),
+        (["--gpu-save="], "--gpu-save='': a baseline name is 1 to 64 letters"),
+        (["--gpu-save=" + "x" * 65], "a baseline name is 1 to 64 letters"),
+        (["--gpu-report=/proc/x.json"], "--gpu-report=/proc/x.json: the folder /proc is not writable"),
+        (["--gpu-report=."], "--gpu-report=.: is a folder; give a file path"),
+        (["--gpu-html=nowhere/r.html"], "--gpu-html=nowhere/r.html: the folder nowhere does not exist"),
+        (["--gpu-trace=/proc/tr"], "--gpu-trace=/proc/tr: the folder /proc is not writable"),
+        (["--gpu-rounds=100000000"], "--gpu-rounds: 'rounds' = 100000000 is out of range [[]1, 10000]"),
+        (["--gpu-nvml-interval=nan"], "--gpu-nvml-interval: 'nvml_interval' = nan is out of range"),
         (["--gpu-compare=nightly"], "--gpu-compare: no baseline named 'nightly' for machine host-"),
     ],
 )

@@ -209,3 +209,21 @@ def test_cli_show_compare_merge_exit_codes(tmp_path, capsys):
     other = tmp_path / "other.json"
     other.write_text(json.dumps(report(machine_id="cuda-x")))
     assert cli.main(["merge", str(base), str(other), "-o", str(merged)]) == 2
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["show", "--help"], ["compare", "--help"], ["merge", "--help"], ["--version"]]
+)
+def test_cli_help_and_version(args, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(args)
+    assert done.value.code == 0
+    assert "gpuprof" in capsys.readouterr().out
+
+
+def test_cli_malformed_report_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": 1, "machine": {"id": "x"}, "tests": [{"nodeid": "a", "metrics": [1, 2]}]}')
+    assert cli.main(["show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuprof show: {bad}: a field of the wrong shape") and err.count("\n") == 1

@@ -154,3 +154,56 @@ def test_garbage_collector_is_paused_inside_windows_only(backend):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_step_nested_in_itself_counts_once(backend):
+    profiler = Profiler(backend)
+    with profiler.step("prepare"):
+        with profiler.step("prepare"):
+            backend.compute(1.0)
+            backend.synchronize()
+    with profiler.step("prepare"):
+        pass
+    step = profiler.metrics.steps["prepare"]
+    assert step.count == 2
+    assert step.host_ms <= profiler.metrics.wall_ms
+
+
+def test_a_step_closed_on_another_thread_is_an_error_naming_it(backend):
+    profiler = Profiler(backend)
+    scope = profiler.step("upload")
+    scope.__enter__()
+    errors = []
+
+    def close_elsewhere():
+        try:
+            scope.__exit__(None, None, None)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    thread = threading.Thread(target=close_elsewhere)
+    thread.start()
+    thread.join()
+    (message,) = errors
+    assert message.startswith("gpuprof step 'upload' was opened on thread")
+    assert "a step opens and closes on one thread" in message
+    with profiler.step("next"):  # this thread's stack is clean again
+        pass
+    assert set(profiler.metrics.steps) == {"next"}
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda w: w.upload("10"), TypeError, "upload(nbytes='10'): a byte count must be an int, not str"),
+        (lambda w: w.alloc(0), ValueError, "alloc(nbytes=0): a byte count must be at least 1"),
+        (lambda w: w.compute(ms=-5), ValueError, "compute(ms=-5): milliseconds must be finite and not negative"),
+        (lambda w: w.compute(ms=float("nan")), ValueError, "compute(ms=nan): milliseconds must be finite"),
+        (lambda w: w.partitions(upload_bytes=1.5), TypeError, "partitions(nbytes=1.5): a byte count must be an int"),
+    ],
+)
+def test_workload_arguments_are_checked(backend, call, error, message):
+    workload = GpuWorkload(Profiler(backend), GpuDevice(backend, backend.info()), rounds=1, warmup=0)
+    with pytest.raises(error) as info:
+        call(workload)
+    assert str(info.value).startswith(message)
