@@ -114,11 +114,12 @@ class RealClock:
 
 
 class _Waiter:
-    __slots__ = ("counted", "ready")
+    __slots__ = ("cancelled", "counted", "ready")
 
     def __init__(self) -> None:
         self.ready = False
         self.counted = False
+        self.cancelled = False  # its thread left the wait (an interrupt): nobody is waiting
 
 
 class VirtualClock:
@@ -192,14 +193,25 @@ class VirtualClock:
         if waiter.counted:
             self._running -= 1
             self._advance()
-        while not waiter.ready:
-            self._cond.wait()
+        try:
+            while not waiter.ready:
+                self._cond.wait()
+        except BaseException:  # Ctrl-C in the middle of a wait: this thread runs again
+            if not waiter.ready:
+                waiter.cancelled = True
+                if waiter.counted:
+                    self._running += 1
+            raise
 
-    def _wake(self, waiter: _Waiter) -> None:
+    def _wake(self, waiter: _Waiter) -> bool:
+        """Wake ``waiter``; False if its thread already left the wait."""
+        if waiter.cancelled:
+            return False
         waiter.ready = True
         if waiter.counted:
             self._running += 1
         self._cond.notify_all()
+        return True
 
     def _advance(self) -> None:
         while self._running <= 0 and self._sleepers:
@@ -227,10 +239,10 @@ class _VirtualLock:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
         with self._clock._cond:
-            if self._waiters:
-                self._clock._wake(self._waiters.popleft())
-            else:
-                self._held = False
+            while self._waiters:
+                if self._clock._wake(self._waiters.popleft()):
+                    return  # handed over
+            self._held = False
 
 
 class _VirtualEvent:
@@ -266,8 +278,8 @@ class _VirtualQueue(Generic[T]):
     def put(self, item: T) -> None:
         with self._clock._cond:
             self._items.append(item)
-            if self._waiters:
-                self._clock._wake(self._waiters.popleft())
+            while self._waiters and not self._clock._wake(self._waiters.popleft()):
+                pass
 
     def get(self) -> T:
         with self._clock._cond:

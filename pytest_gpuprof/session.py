@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -299,8 +300,9 @@ class GpuSession:
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and
-        check that its device memory came back (a failed test's traceback may still hold
-        buffers, so only a passing test is held to that)."""
+        check that its device memory came back. Only a test that passed is held to that: a
+        failed test's traceback may still hold buffers, and an interrupted one (Ctrl-C)
+        never finished."""
         try:
             self.backend.synchronize()
         finally:
@@ -311,8 +313,8 @@ class GpuSession:
             self.backend.drain()
         gc.collect()
         held = self.backend.memory_in_use() - profiler.memory_before
-        passed = self.outcomes.get(nodeid, ("passed", False))[0] == "passed"
-        leaks = list(profiler.leaks)
+        passed = self.outcomes.get(nodeid, ("interrupted", False))[0] == "passed"
+        leaks = list(profiler.leaks) if passed else []
         if held > 0 and passed:
             leaks.append(f"{held:,} bytes ({held / (1 << 30):.3g} GiB) of device memory still held after the test")
         if leaks:
@@ -406,7 +408,11 @@ class GpuSession:
         return tests, machine
 
     def summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not (self.views or self.crashed):
+        if self.is_worker:
+            return
+        if not (self.views or self.crashed):
+            for line in self.written:  # what was written, or could not be, for a run that measured nothing
+                terminalreporter.write_line(line)
             return
         from pytest_gpuprof.report import table
 
@@ -455,34 +461,63 @@ class GpuSession:
 
         return machine_record(self.device.to_dict(), self.truth)
 
-    def write_outputs(self) -> None:
+    def write_outputs(self, partial: str | None) -> bool:
+        """The JSON report, the HTML, the baseline and the step summary, each written whole
+        or not at all; ``partial`` says why the run ended early, if it did. False when one
+        could not be written (each failure is a line of the summary)."""
         s = self.settings
-        if self.is_worker or not (self.views or self.crashed):
-            return
-        if s.report is None and s.save is None and s.html is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
-            return
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if self.is_worker or (s.report is None and s.save is None and s.html is None and not summary):
+            return True
         from pytest_gpuprof.report import build_report, markdown_summary, write_atomic, write_json
 
         tests, machine = self.merged()
         report = build_report(tests, machine)
-        if s.report is not None:
-            write_json(s.report, report)
-            self.written.append(f"gpuprof: JSON report written to {s.report}")
-        if s.html is not None:
+        if partial:
+            report["partial"] = partial
+        if not tests:
+            report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
+        ok = True
+
+        def write(what: str, path: Path | str, action: Callable[[], object], done: str) -> None:
+            nonlocal ok
+            try:
+                action()
+            except OSError as e:
+                ok = False
+                self.written.append(f"gpuprof: could not write the {what} {path}: {e.strerror or e}")
+            else:
+                self.written.append(done)
+
+        if (json_path := s.report) is not None:
+            done = f"gpuprof: JSON report written to {json_path}"
+            write("JSON report", json_path, functools.partial(write_json, json_path, report), done)
+        if (html_path := s.html) is not None:
             from pytest_gpuprof.html import render
 
-            pages = [v["html"] for v in self.views.values() if v.get("html")]
-            write_atomic(s.html, render(pages, machine))
-            self.written.append(f"gpuprof: HTML report written to {s.html}")
-        if s.save is not None:
+            page = render([v["html"] for v in self.views.values() if v.get("html")], machine)
+            done = f"gpuprof: HTML report written to {html_path}"
+            write("HTML report", html_path, functools.partial(write_atomic, html_path, page), done)
+        if (name := s.save) is not None:
             from pytest_gpuprof import storage
 
-            self.written.append(f"gpuprof: baseline saved as {storage.save(report, s.storage, s.save)}")
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+            if partial:
+                self.written.append(f"gpuprof: no baseline saved: the run {partial}")
+            else:
+                saved: list[Path] = []
+                write("baseline", s.storage, lambda: saved.append(storage.save(report, s.storage, name)), "")
+                if saved:
+                    empty = "" if tests else " (no test measured anything: it holds no test)"
+                    self.written[-1] = f"gpuprof: baseline saved as {saved[0]}{empty}"
         if summary:
             compare = [line for v in self.views.values() for line in v["compare"]]
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(markdown_summary([t for t in tests if "metrics" in t], machine, compare))
+
+            def append_summary() -> None:
+                with open(summary, "a", encoding="utf-8") as f:
+                    f.write(markdown_summary([t for t in tests if "metrics" in t], machine, compare))
+
+            write("step summary", summary, append_summary, f"gpuprof: step summary appended to {summary}")
+        return ok
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:
@@ -526,5 +561,11 @@ class SessionHooks:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         self._session.summary(terminalreporter)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self._session.write_outputs()
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        partial = None
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            partial = "was interrupted"
+        elif session.shouldstop or session.shouldfail:
+            partial = f"stopped early ({session.shouldstop or session.shouldfail})"
+        if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -211,7 +211,10 @@ def _milliseconds(what: str, ms: Any) -> float:
 
 
 def _run_workers(clock: Clock, n: int, workers: int, partition: Callable[[int], None]) -> None:
-    """Run ``n`` partitions on ``workers`` threads; re-raise the first worker error."""
+    """Run ``n`` partitions on ``workers`` threads; re-raise the first worker error.
+
+    An interrupt of the calling thread (Ctrl-C) stops the workers after the partition
+    each is in, and is raised once they have stopped: no thread outlives the call."""
     next_partition = iter(range(n))
     take = threading.Lock()  # held for a ``next`` only: never across a wait on the clock
     errors: list[BaseException] = []
@@ -230,7 +233,13 @@ def _run_workers(clock: Clock, n: int, workers: int, partition: Callable[[int], 
         worker(0)
     else:
         threads = [clock.start_thread(functools.partial(worker, i), f"gpuprof-worker-{i}") for i in range(workers)]
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except BaseException as e:
+            errors.append(e)
+            for t in threads:
+                t.join()
+            raise
     if errors:
         raise errors[0]

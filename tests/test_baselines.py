@@ -147,3 +147,77 @@ def test_readme_workflow_example_is_valid_yaml():
     steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
     assert any("--gpu-save=main" in s for s in steps)
     assert any("--gpu-compare-fail=" in s for s in steps)
+
+
+INTERRUPTIBLE = """
+from pathlib import Path
+
+def test_done(gpu_workload):
+    gpu_workload.compute(ms=1)
+
+def test_long_pipeline(gpu_workload):
+    Path("inside").write_text("")
+    gpu_workload.partitions(n=100_000, upload_bytes=1 << 20, compute_ms=1, rounds=1, warmup=0)
+"""
+
+
+def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pytester, pytestconfig):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytester.makepyfile(INTERRUPTIBLE)
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-save=main", "--gpu-report=r.json"]
+    if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
+        args += ["-p", "pytest_gpuprof.plugin"]
+    run = subprocess.Popen(args, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not pytester.path.joinpath("inside").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # well inside partitions(): 100,000 of them take minutes
+    run.send_signal(signal.SIGINT)
+    out, _ = run.communicate(timeout=60)
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out and "GpuMemoryLeak" not in out and "Traceback" not in out
+    assert "gpuprof: no baseline saved: the run was interrupted" in out
+    assert not list(pytester.path.glob(".gpuprof/*/*.json"))
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    assert report["partial"] == "was interrupted"
+    assert [t["nodeid"].split("::")[1] for t in report["tests"]] == ["test_done"]
+
+
+def test_a_run_stopped_by_maxfail_saves_no_baseline(pytester):
+    pytester.makepyfile("def test_fails(gpuprof):\n    assert False\n\ndef test_later(gpuprof):\n    pass\n")
+    result = pytester.runpytest("-x", "--gpu-save=main")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["gpuprof: no baseline saved: the run stopped early (*"])
+    assert not list(pytester.path.glob(".gpuprof/*/*.json"))
+
+
+def test_a_run_that_measured_nothing_still_writes_its_outputs(pytester):
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--gpu-report=r.json", "--gpu-save=main")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["gpuprof: JSON report written to r.json", "gpuprof: baseline saved as *0001_main.json (no test measured*"]
+    )
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    assert report["tests"] == [] and report["note"].startswith("nothing was measured")
+    # and the next run can compare with it: nothing to gate, nothing fails
+    pytester.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+10%").assert_outcomes(passed=1)
+
+
+def test_a_write_that_fails_at_the_end_is_one_line_and_fails_the_run(pytester):
+    pytester.mkdir("out")
+    pytester.makepyfile(
+        "import shutil\nfrom pathlib import Path\n\ndef test_removes_the_folder(gpuprof):\n"
+        "    with gpuprof.step('s'):\n        pass\n    shutil.rmtree('out')\n"
+        "    Path('out').write_text('a file where the folder was')\n"
+    )
+    result = pytester.runpytest("--gpu-report=out/r.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gpuprof: could not write the JSON report out/r.json: *"])
+    result.stdout.fnmatch_lines(["*gpuprof: true GPU utilization*"])  # the summary is still there
+    assert "Traceback" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

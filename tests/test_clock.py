@@ -1,0 +1,72 @@
+"""The virtual clock against what its rules say by hand: time is the longest wait chain."""
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_gpuprof.clock import VirtualClock
+
+chains = st.lists(st.lists(st.integers(0, 50), max_size=5), min_size=1, max_size=4)
+
+
+@settings(max_examples=50, deadline=None)
+@given(chains)
+def test_threads_that_only_spend_time_end_at_their_own_sums(chains):
+    clock = VirtualClock()
+    clock.attach()
+    ends: dict[int, int] = {}
+
+    def run(i: int) -> None:
+        for ns in chains[i]:
+            clock.spend(ns)
+        ends[i] = clock.now()
+
+    threads = [clock.start_thread(lambda i=i: run(i), f"chain-{i}") for i in range(len(chains))]
+    for thread in threads:
+        thread.join()
+    clock.detach()
+    assert ends == {i: sum(chain) for i, chain in enumerate(chains)}
+    assert clock.now() == max(map(sum, chains))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=4))
+def test_a_lock_serialises_its_holders(holds):
+    clock = VirtualClock()
+    clock.attach()
+    lock = clock.lock()
+    spans: list[tuple[int, int]] = []
+
+    def hold(ns: int) -> None:
+        with lock:
+            start = clock.now()
+            clock.spend(ns)
+            spans.append((start, clock.now()))
+
+    threads = [clock.start_thread(lambda ns=ns: hold(ns), "holder") for ns in holds]
+    for thread in threads:
+        thread.join()
+    clock.detach()
+    spans.sort()
+    assert clock.now() == sum(holds)  # one after another, never idle in between
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_an_event_releases_its_waiters_at_the_time_it_is_set():
+    clock = VirtualClock()
+    clock.attach()
+    event = clock.event()
+    seen: list[int] = []
+
+    def waiter() -> None:
+        event.wait()
+        seen.append(clock.now())
+
+    threads = [clock.start_thread(waiter, "waiter") for _ in range(3)]
+    clock.spend(7)
+    event.set()
+    for thread in threads:
+        thread.join()
+    clock.detach()
+    assert seen == [7, 7, 7]
