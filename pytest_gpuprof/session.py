@@ -565,6 +565,8 @@ class SessionHooks:
         partial = None
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             partial = "was interrupted"
+        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+            partial = f"ended with pytest's exit code {int(exitstatus)}"
         elif session.shouldstop or session.shouldfail:
             partial = f"stopped early ({session.shouldstop or session.shouldfail})"
         if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:
