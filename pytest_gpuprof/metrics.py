@@ -1,4 +1,4 @@
-"""The metrics of DESIGN.md, computed from a ``Timeline``: pure functions, no I/O.
+"""The metrics of docs/design.md, computed from a ``Timeline``: pure functions, no I/O.
 
 Utilization is kernel time over wall time, where kernel time is the length of the union
 of kernel intervals inside the window. Every kernel-idle stretch is charged to the

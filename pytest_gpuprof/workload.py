@@ -2,7 +2,7 @@
 
 The primitives are the steps of a GPU prestage: ``alloc``, ``upload``, ``sync``, ``trim``
 and ``compute``, each recorded as a host step of that name. ``partitions`` is the
-two-worker pipeline of DESIGN.md in its single-lock and two-lock forms.
+two-worker pipeline of docs/design.md in its single-lock and two-lock forms.
 """
 
 from __future__ import annotations
