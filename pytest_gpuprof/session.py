@@ -537,6 +537,11 @@ class SessionHooks:
 
     def __init__(self, session: GpuSession) -> None:
         self._session = session
+        self._collection_errors = 0
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._collection_errors += 1
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session.load_baseline()
@@ -567,6 +572,8 @@ class SessionHooks:
             partial = "was interrupted"
         elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
             partial = f"ended with pytest's exit code {int(exitstatus)}"
+        elif self._collection_errors:
+            partial = f"had {self._collection_errors} error(s) during collection"
         elif session.shouldstop or session.shouldfail:
             partial = f"stopped early ({session.shouldstop or session.shouldfail})"
         if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:

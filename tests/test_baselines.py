@@ -221,3 +221,10 @@ def test_a_write_that_fails_at_the_end_is_one_line_and_fails_the_run(pytester):
     result.stdout.fnmatch_lines(["*gpuprof: true GPU utilization*"])  # the summary is still there
     assert "Traceback" not in result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_run_with_a_collection_error_saves_no_baseline(pytester):
+    pytester.makepyfile(test_good="def test_ok(gpuprof):\n    pass\n", test_broken="import no_such_module\n")
+    result = pytester.runpytest("--gpu-save=main", "--continue-on-collection-errors")
+    result.stdout.fnmatch_lines(["gpuprof: no baseline saved: the run had 1 error(s) during collection"])
+    assert not list(pytester.path.glob(".gpuprof/*/*.json"))
