@@ -14,13 +14,15 @@ primitives: a plain ``threading`` wait would stop the clock for good.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import queue
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -144,18 +146,18 @@ class VirtualClock:
         return self._now
 
     def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
-        with self._cond:
+        with self._guard():
             waiter = _Waiter()
             heapq.heappush(self._sleepers, (self._now + max(0, int(ns)), next(self._order), waiter))
             self._block(waiter)
 
     def attach(self) -> None:
-        with self._cond:
+        with self._guard():
             self._local.participant = True
             self._running += 1
 
     def detach(self) -> None:
-        with self._cond:
+        with self._guard():
             if getattr(self._local, "participant", False):
                 self._local.participant = False
                 self._running -= 1
@@ -172,7 +174,7 @@ class VirtualClock:
 
     def start_thread(self, target: Callable[[], object], name: str) -> Joinable:
         done = _VirtualEvent(self)
-        with self._cond:
+        with self._guard():
             self._running += 1  # running from now: time must not jump before it starts
 
         def run() -> None:
@@ -187,7 +189,15 @@ class VirtualClock:
         thread.start()
         return _Joined(done, thread)
 
-    # under self._cond
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """The clock's lock, with Ctrl-C held back while its books change: an interrupt
+        between taking a sleeper off the heap and waking it would leave that thread
+        waiting for good. Waits are interruptible (``_interruptible``)."""
+        with _sigint_blocked(), self._cond:
+            yield
+
+    # under self._guard()
     def _block(self, waiter: _Waiter) -> None:
         waiter.counted = getattr(self._local, "participant", False)
         if waiter.counted:
@@ -195,7 +205,8 @@ class VirtualClock:
             self._advance()
         try:
             while not waiter.ready:
-                self._cond.wait()
+                with _interruptible():
+                    self._cond.wait()
         except BaseException:  # Ctrl-C in the middle of a wait: this thread runs again
             if not waiter.ready:
                 waiter.cancelled = True
@@ -220,6 +231,37 @@ class VirtualClock:
                 self._wake(heapq.heappop(self._sleepers)[2])
 
 
+def _in_main_thread() -> bool:
+    """Where SIGINT is handled, and where signal masks exist to hold it back."""
+    return hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back for the body (it arrives right after); only the main thread gets it."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Inside ``_sigint_blocked``: let SIGINT through while the thread waits."""
+    if not _in_main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 class _VirtualLock:
     """A FIFO lock whose waiters are blocked on the clock; release hands it over."""
 
@@ -229,7 +271,7 @@ class _VirtualLock:
         self._waiters: deque[_Waiter] = deque()
 
     def __enter__(self) -> None:
-        with self._clock._cond:
+        with self._clock._guard():
             if not self._held:
                 self._held = True
                 return
@@ -238,7 +280,7 @@ class _VirtualLock:
             self._clock._block(waiter)  # woken as the new holder
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
-        with self._clock._cond:
+        with self._clock._guard():
             while self._waiters:
                 if self._clock._wake(self._waiters.popleft()):
                     return  # handed over
@@ -252,14 +294,14 @@ class _VirtualEvent:
         self._waiters: list[_Waiter] = []
 
     def set(self) -> None:
-        with self._clock._cond:
+        with self._clock._guard():
             self._set = True
             for waiter in self._waiters:
                 self._clock._wake(waiter)
             self._waiters.clear()
 
     def wait(self) -> bool:
-        with self._clock._cond:
+        with self._clock._guard():
             if not self._set:
                 waiter = _Waiter()
                 self._waiters.append(waiter)
@@ -276,13 +318,13 @@ class _VirtualQueue(Generic[T]):
         self._waiters: deque[_Waiter] = deque()
 
     def put(self, item: T) -> None:
-        with self._clock._cond:
+        with self._clock._guard():
             self._items.append(item)
             while self._waiters and not self._clock._wake(self._waiters.popleft()):
                 pass
 
     def get(self) -> T:
-        with self._clock._cond:
+        with self._clock._guard():
             while not self._items:
                 waiter = _Waiter()
                 self._waiters.append(waiter)
