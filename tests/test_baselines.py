@@ -1,6 +1,7 @@
 """Regression gates end to end: save a baseline, slow a test down, compare."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -171,13 +172,21 @@ def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pyteste
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-save=main", "--gpu-report=r.json"]
     if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
         args += ["-p", "pytest_gpuprof.plugin"]
-    run = subprocess.Popen(args, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hang shows every thread's stack (SIGABRT below)
+    run = subprocess.Popen(
+        args, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     deadline = time.monotonic() + 60
     while not pytester.path.joinpath("inside").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # well inside partitions(): 100,000 of them take minutes
     run.send_signal(signal.SIGINT)
-    out, _ = run.communicate(timeout=60)
+    try:
+        out, _ = run.communicate(timeout=180)  # a few seconds, unless the machine is very busy
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGABRT)
+        out, _ = run.communicate()
+        raise AssertionError(f"the interrupted run did not end within 180 s:\n{out}") from None
     assert run.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out and "GpuMemoryLeak" not in out and "Traceback" not in out
     assert "gpuprof: no baseline saved: the run was interrupted" in out
