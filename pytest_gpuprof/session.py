@@ -303,17 +303,18 @@ class GpuSession:
         check that its device memory came back. Only a test that passed is held to that: a
         failed test's traceback may still hold buffers, and an interrupted one (Ctrl-C)
         never finished."""
+        outcome = self.outcomes.get(nodeid, ("interrupted", False))[0]
         try:
             self.backend.synchronize()
         finally:
-            if nodeid not in self.records:
+            if nodeid not in self.records and outcome != "interrupted":
                 windows = profiler.final_windows()
                 if windows:
                     self._record(nodeid, profiler, windows)
             self.backend.drain()
         gc.collect()
         held = self.backend.memory_in_use() - profiler.memory_before
-        passed = self.outcomes.get(nodeid, ("interrupted", False))[0] == "passed"
+        passed = outcome == "passed"
         leaks = list(profiler.leaks) if passed else []
         if held > 0 and passed:
             leaks.append(f"{held:,} bytes ({held / (1 << 30):.3g} GiB) of device memory still held after the test")

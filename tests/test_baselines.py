@@ -169,7 +169,9 @@ def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pyteste
     import time
 
     pytester.makepyfile(INTERRUPTIBLE)
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-save=main", "--gpu-report=r.json"]
+    # the real clock, as a user's run: its threads wait on threading's primitives only
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-host-clock=real"]
+    args += ["--gpu-save=main", "--gpu-report=r.json"]
     if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
         args += ["-p", "pytest_gpuprof.plugin"]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hang shows every thread's stack (SIGABRT below)
@@ -179,7 +181,7 @@ def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pyteste
     deadline = time.monotonic() + 60
     while not pytester.path.joinpath("inside").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.3)  # well inside partitions(): 100,000 of them take minutes
+    time.sleep(0.3)  # well inside partitions(): 100,000 of them take many minutes
     run.send_signal(signal.SIGINT)
     try:
         out, _ = run.communicate(timeout=180)  # a few seconds, unless the machine is very busy
