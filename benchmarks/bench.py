@@ -66,16 +66,22 @@ def step_cost(cp, backend, profiler) -> None:
     return raw_us
 
 
-def cupti_cost(cp) -> None:
+def empty_launches(cp):
+    """``launch(n)``: n launches of an empty one-thread kernel on a stream of its own, waited for."""
     empty = cp.RawKernel(r'extern "C" __global__ void empty() {}', "empty")
     stream = cp.cuda.Stream(non_blocking=True)
 
-    def storm(n: int) -> None:
+    def launch(n: int) -> None:
         with stream:
             for _ in range(n):
                 empty((1,), (1,), ())
         stream.synchronize()
 
+    return launch
+
+
+def cupti_cost(cp) -> None:
+    storm = empty_launches(cp)
     storm(1000)
     from pytest_gpuprof import cupti_capture
 

@@ -35,16 +35,9 @@ BURSTS, LAUNCHES = 5, 20_000
 def storm(mode: str) -> None:
     import cupy as cp
     import numpy as np
+    from bench import empty_launches  # benchmarks/, this script's folder
 
-    empty = cp.RawKernel(r'extern "C" __global__ void empty() {}', "empty")
-    stream = cp.cuda.Stream(non_blocking=True)
-
-    def launch(n: int) -> None:
-        with stream:
-            for _ in range(n):
-                empty((1,), (1,), ())
-        stream.synchronize()
-
+    launch = empty_launches(cp)
     launch(1000)  # compile and load the kernel before any tracing
     capture = None
     from cupti import cupti

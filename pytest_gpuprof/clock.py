@@ -193,8 +193,8 @@ class VirtualClock:
     def _guard(self) -> Iterator[None]:
         """The clock's lock, with Ctrl-C held back while its books change: an interrupt
         between taking a sleeper off the heap and waking it would leave that thread
-        waiting for good. Waits are interruptible (``_interruptible``)."""
-        with _sigint_blocked(), self._cond:
+        waiting for good. Waits let it through (``_block``)."""
+        with _sigint(signal.SIG_BLOCK), self._cond:
             yield
 
     # under self._guard()
@@ -205,7 +205,7 @@ class VirtualClock:
             self._advance()
         try:
             while not waiter.ready:
-                with _interruptible():
+                with _sigint(signal.SIG_UNBLOCK):
                     self._cond.wait()
         except BaseException:  # Ctrl-C in the middle of a wait: this thread runs again
             if not waiter.ready:
@@ -213,6 +213,12 @@ class VirtualClock:
                 if waiter.counted:
                     self._running += 1
             raise
+
+    def _wait_in(self, waiters: deque[_Waiter] | list[_Waiter]) -> None:
+        """Wait in line in ``waiters`` until someone wakes this thread."""
+        waiter = _Waiter()
+        waiters.append(waiter)
+        self._block(waiter)
 
     def _wake(self, waiter: _Waiter) -> bool:
         """Wake ``waiter``; False if its thread already left the wait."""
@@ -237,29 +243,17 @@ def _in_main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT held back for the body (it arrives right after); only the main thread gets it."""
+def _sigint(how: int) -> Iterator[None]:
+    """SIGINT held back (``SIG_BLOCK``) or let through (``SIG_UNBLOCK``) for the body, then as
+    before; only the main thread gets it, and only there does this change anything."""
     if not _in_main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(how, {signal.SIGINT})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Inside ``_sigint_blocked``: let SIGINT through while the thread waits."""
-    if not _in_main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 class _VirtualLock:
@@ -275,9 +269,7 @@ class _VirtualLock:
             if not self._held:
                 self._held = True
                 return
-            waiter = _Waiter()
-            self._waiters.append(waiter)
-            self._clock._block(waiter)  # woken as the new holder
+            self._clock._wait_in(self._waiters)  # woken as the new holder
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
         with self._clock._guard():
@@ -303,9 +295,7 @@ class _VirtualEvent:
     def wait(self) -> bool:
         with self._clock._guard():
             if not self._set:
-                waiter = _Waiter()
-                self._waiters.append(waiter)
-                self._clock._block(waiter)
+                self._clock._wait_in(self._waiters)
         return True
 
 
@@ -326,9 +316,7 @@ class _VirtualQueue(Generic[T]):
     def get(self) -> T:
         with self._clock._guard():
             while not self._items:
-                waiter = _Waiter()
-                self._waiters.append(waiter)
-                self._clock._block(waiter)
+                self._clock._wait_in(self._waiters)
             return self._items.popleft()
 
 
