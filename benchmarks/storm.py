@@ -7,8 +7,10 @@ callbacks belong to the process:
 - ``off``: no CUPTI;
 - ``objects``: the capture reading cupti-python's record objects (what it did before);
 - ``buffers``: the capture taking CUPTI's buffers directly (``RawBuffers``);
-- ``buffers+api``: the same with runtime API records on too (what tying launches to the
-  steps that issued them needs).
+- ``buffers+api``: the same with every runtime API record on too;
+- ``buffers+calls``: the capture as the plugin runs it: the buffers, plus the API records
+  of the runtime and driver calls that issue device work (launches, copies, memsets), by
+  which each launch is tied to the step that issued it.
 
 Each launches 1,000 empty kernels to warm up, then 5 bursts of 20,000, timing each burst
 (the per-launch figure of a burst is its time / 20,000), then drains: one flush and the
@@ -45,7 +47,9 @@ def storm(mode: str) -> None:
     if mode != "off":
         from pytest_gpuprof.cupti_capture import CuptiCapture, libcupti
 
-        capture = CuptiCapture(cupti, library=libcupti if mode.startswith("buffers") else None)
+        capture = CuptiCapture(
+            cupti, library=libcupti if mode.startswith("buffers") else None, correlate=mode == "buffers+calls"
+        )
         if mode.endswith("+api"):
             cupti.activity_enable(cupti.ActivityKind.RUNTIME)
         capture.drain()
@@ -96,22 +100,27 @@ def storm(mode: str) -> None:
             again.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
         capture.drain()
         print(f"  {mode}: the bursts again after a drain (us): {', '.join(f'{b:.2f}' for b in again)}", flush=True)
-    if mode == "buffers":  # kernel tracing switched off and on in turns, in this one process
-        kind = cupti.ActivityKind.CONCURRENT_KERNEL
+    if mode in ("buffers", "buffers+calls"):  # tracing (kernels, or kernels and calls) off and on in turns
+        kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+        if mode == "buffers+calls":
+            kinds += [cupti.ActivityKind.DRIVER]
         off, on = [], []
         for _ in range(5):
-            cupti.activity_disable(kind)
+            for kind in kinds:
+                cupti.activity_disable(kind)
             start = time.perf_counter_ns()
             launch(LAUNCHES)
             off.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
-            cupti.activity_enable(kind)
+            for kind in kinds:
+                cupti.activity_enable(kind)
             start = time.perf_counter_ns()
             launch(LAUNCHES)
             on.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
             capture.drain()
         print(
-            f"  buffers: kernel records off/on in turns, per launch: on {statistics.median(on):.2f} us, "
-            f"off {statistics.median(off):.2f} us: {statistics.median(on) - statistics.median(off):+.2f} us",
+            f"  {mode}: {'+'.join(k.name for k in kinds)} records off/on in turns, per launch: "
+            f"on {statistics.median(on):.2f} us, off {statistics.median(off):.2f} us: "
+            f"{statistics.median(on) - statistics.median(off):+.2f} us",
             flush=True,
         )
     median = statistics.median(bursts)
@@ -190,13 +199,7 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--mode":
         storm(sys.argv[2])
         return
-    modes = [a for a in sys.argv[1:] if not a.startswith("--")] or [
-        "off",
-        "objects",
-        "buffers",
-        "buffers+api",
-        "plugin",
-    ]
+    modes = [a for a in sys.argv[1:] if not a.startswith("--")] or ["off", "buffers", "buffers+calls", "plugin"]
     for mode in modes:
         if mode != "plugin":
             subprocess.run([sys.executable, __file__, "--mode", mode], check=True, cwd=ROOT)

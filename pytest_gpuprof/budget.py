@@ -151,10 +151,11 @@ class Breach:
 def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
     """Every limit of ``budget`` that ``metrics`` breaches, in the budget's order."""
     breaches: list[Breach] = []
-    if budget.min_utilization is not None and metrics.utilization < budget.min_utilization:
-        breaches.append(Breach("utilization", metrics.utilization, budget.min_utilization, "min", "min_utilization"))
-    if budget.max_overhead_ms is not None and metrics.overhead_ms > budget.max_overhead_ms:
-        breaches.append(Breach("overhead_ms", metrics.overhead_ms, budget.max_overhead_ms, "max", "max_overhead_ms"))
+    utilization, overhead = metrics.utilization, metrics.overhead_ms
+    if budget.min_utilization is not None and utilization is not None and utilization < budget.min_utilization:
+        breaches.append(Breach("utilization", utilization, budget.min_utilization, "min", "min_utilization"))
+    if budget.max_overhead_ms is not None and overhead is not None and overhead > budget.max_overhead_ms:
+        breaches.append(Breach("overhead_ms", overhead, budget.max_overhead_ms, "max", "max_overhead_ms"))
     if (
         budget.max_discrepancy is not None
         and metrics.discrepancy is not None
@@ -168,13 +169,24 @@ def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
         base = f"steps.{name}"
         if limits.max_ms is not None and step.host_ms > limits.max_ms:
             breaches.append(Breach(f"{base}.host_ms", step.host_ms, limits.max_ms, "max", f"{base}.max_ms"))
-        if limits.max_idle_ms is not None and step.idle_ms > limits.max_idle_ms:
+        if limits.max_idle_ms is not None and step.idle_ms is not None and step.idle_ms > limits.max_idle_ms:
             breaches.append(Breach(f"{base}.idle_ms", step.idle_ms, limits.max_idle_ms, "max", f"{base}.max_idle_ms"))
         if limits.min_gbps is not None and step.gbps is not None and step.gbps < limits.min_gbps:
             breaches.append(Breach(f"{base}.gbps", step.gbps, limits.min_gbps, "min", f"{base}.min_gbps"))
         if limits.pageable == "forbid" and step.pageable:
             breaches.append(Breach(f"{base}.pageable", 1.0, "forbid", "forbid", f"{base}.pageable"))
     return breaches
+
+
+def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
+    """The limits of ``budget`` that ``metrics`` cannot be judged on, each with the reason:
+    neither kept nor breached, and said so."""
+    if metrics.unseen is None:
+        return []
+    keys = ["min_utilization", "max_overhead_ms"] if budget.min_utilization is not None else ["max_overhead_ms"]
+    keys = [k for k in keys if getattr(budget, k) is not None]
+    keys += [f"steps.{name}.max_idle_ms" for name, limits in budget.steps.items() if limits.max_idle_ms is not None]
+    return [f"{key} not measured: {metrics.unseen}" for key in keys]
 
 
 def human_bytes(n: float) -> str:
@@ -203,9 +215,15 @@ def describe_breach(b: Breach) -> str:
 
 def explain(metrics: Metrics) -> list[str]:
     """Where the time went: the decomposition lines of a budget message."""
+    rounds = f"  (medians of {_rounds(metrics)} rounds)" if _rounds(metrics) > 1 else ""
+    if metrics.kernel_ms is None or metrics.overhead_ms is None or metrics.utilization is None:
+        return [
+            f"wall {metrics.wall_ms:.1f} ms; kernel time not measured{rounds}",
+            *(f"note: {n}" for n in metrics.notes),
+        ]
     lines = [
         f"wall {metrics.wall_ms:.1f} ms = kernels {metrics.kernel_ms:.1f} ms + kernel-idle {metrics.overhead_ms:.1f} ms"
-        + (f"  (medians of {_rounds(metrics)} rounds)" if _rounds(metrics) > 1 else "")
+        + rounds
     ]
     parts = []
     for name, idle_ms in metrics.idle_by_step():

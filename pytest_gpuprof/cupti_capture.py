@@ -32,8 +32,13 @@ import numpy as np
 from pytest_gpuprof.model import DeviceInterval, DeviceKind
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
+# an API call, as the join needs it (sorted by correlation id): thread, host times of its
+# start and end
+CALL = np.dtype([("correlation_id", np.uint32), ("thread", np.int64), ("issued", np.int64), ("returned", np.int64)])
 _KIND = struct.Struct("<I")  # every activity record starts with its kind
 
+# API calls kept from one drain to the next, waiting for the records of their device work
+KEPT_CALLS = 100_000
 # Each buffer holds ~40,000 kernel records; a window that fills more gets more buffers.
 BUFFER_BYTES = 8 << 20
 # CUPTI wants 8-byte aligned buffers; ctypes arrays come from malloc (16-byte aligned).
@@ -122,9 +127,12 @@ class RawBuffers:
 
 
 class CuptiCapture:
-    def __init__(self, cupti: Any, library: Any = None) -> None:
+    def __init__(self, cupti: Any, library: Any = None, *, correlate: bool = True, marker: Any = None) -> None:
         """``library``: a function returning libcupti (``ctypes``) to receive buffers from
-        CUPTI directly; without it, or where it fails, cupti-python's objects are read."""
+        CUPTI directly; without it, or where it fails, cupti-python's objects are read.
+        ``correlate``: also record the driver calls that issued the work (buffers only);
+        ``marker``: a function making the recorded call that marks a step's edge (by
+        default ``cuDriverGetVersion``)."""
         self._cupti = cupti
         kinds = cupti.ActivityKind
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
@@ -161,8 +169,40 @@ class CuptiCapture:
         if self._raw is None:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         self._enabled = [self._kernel, self._memcpy, self._memset]
+        # the launch and copy calls of unmatched device records wait here for the next drain
+        self._calls = np.zeros(0, dtype=CALL)
+        self._mark = marker
+        self.correlating = correlate and self._raw is not None and self._trace_calls()
         for kind in self._enabled:
             cupti.activity_enable(kind)
+
+    def _trace_calls(self) -> bool:
+        """Record driver API calls with the calling thread's system id: the record of a
+        launch names the thread and time of the call that issued the kernel.
+
+        Only driver calls: CUPTI 13.0 records no runtime calls of PyTorch's bundled CUDA
+        runtime, and per-function selection is ignored once the kind is on (both seen on
+        the H200, docs/performance.md). Work whose own call is not recorded (a runtime
+        launch, a copy) lies, by its correlation id, between two recorded calls; the steps
+        mark their edges with a driver call (``mark``), so two neighbours on one thread
+        name the step that issued it."""
+        cupti = self._cupti
+        try:
+            if self._mark is None:
+                self._mark = _driver_mark()
+            cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)  # = threading.get_native_id()
+            cupti.activity_enable(cupti.ActivityKind.DRIVER)
+        except Exception as e:
+            self.reading += f"; launches not tied to steps ({e})"
+            return False
+        self._enabled.append(cupti.ActivityKind.DRIVER)
+        self.reading += "; launches tied to the steps that issued them"
+        return True
+
+    def mark(self) -> None:
+        """A recorded driver call at a step's edge (about 1 us): bounds the correlation ids
+        of the work issued inside the step."""
+        self._mark()
 
     def _clock_offset(self) -> int:
         """CUPTI timestamp minus ``perf_counter_ns``: median over reads bracketed tightly."""
@@ -188,10 +228,11 @@ class CuptiCapture:
             self._records.extend(kept)
 
     def _from_buffers(self) -> list[DeviceInterval]:
-        """The device work in the buffers CUPTI filled since the last drain, in the host clock."""
+        """The device work in the buffers CUPTI filled since the last drain, in the host clock,
+        each tied to the call that issued it where that call was recorded."""
         assert self._raw is not None
         filled = self._raw.take()
-        kept: list[DeviceInterval] = []
+        every: list[dict[str, np.ndarray]] = []
         try:
             for memory, valid in filled:
                 tables = unpack(np.frombuffer(memoryview(memory).cast("B"), dtype=np.uint8, count=valid), self._layouts)
@@ -199,13 +240,27 @@ class CuptiCapture:
                     self.deliveries["unreadable"] += 1
                     continue
                 self.deliveries["buffers"] += 1
-                kernels = tables.get("kernel")
-                if kernels is not None:
-                    for pointer in set(kernels["name"].tolist()) - self._names.keys():
-                        self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
-                kept += records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns)
+                every.append(tables)
         finally:
             self._raw.give_back(filled)
+        calls = self._calls
+        if self.correlating:
+            calls = np.concatenate([calls, *(calls_of(t["api"], self.offset_ns) for t in every if "api" in t)])
+            calls = calls[np.argsort(calls["correlation_id"], kind="stable")]
+        kept: list[DeviceInterval] = []
+        last = 0
+        for tables in every:
+            kernels = tables.get("kernel")
+            if kernels is not None:
+                for pointer in set(kernels["name"].tolist()) - self._names.keys():
+                    self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
+            kept += records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns, calls)
+            if self.correlating:
+                last = max(
+                    [last, *(int(t["correlation_id"].max()) for k, t in tables.items() if k != "api" and len(t))]
+                )
+        # the calls of work not read yet (and the neighbour before them) wait for the next drain
+        self._calls = calls[max(int(np.searchsorted(calls["correlation_id"], last)) - 1, 0) :][-KEPT_CALLS:]
         return kept
 
     def _from_objects(self, activities: list[Any]) -> list[Record]:
@@ -324,14 +379,38 @@ def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict
     return tables
 
 
+def calls_of(api: np.ndarray, offset_ns: int = 0) -> np.ndarray:
+    """API records as ``CALL`` rows: correlation id, issuing thread, host time of the call."""
+    out = np.empty(len(api), dtype=CALL)
+    out["correlation_id"] = api["correlation_id"]
+    out["thread"] = api["thread_id"]
+    out["issued"] = api["start"].astype(np.int64) - offset_ns
+    out["returned"] = api["end"].astype(np.int64) - offset_ns
+    return out
+
+
+def _driver_mark() -> Any:
+    """``cuDriverGetVersion`` of the process's libcuda through ``ctypes``: a driver call
+    that CUPTI records and that libraries seldom make."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    version = ctypes.c_int()
+    call, out = cuda.cuDriverGetVersion, ctypes.byref(version)
+    return lambda: call(out)
+
+
 def records_of(
     tables: Mapping[str, np.ndarray],
     names: Mapping[int, str],
     copy_names: Mapping[int, str],
     pageable_kind: int,
     offset_ns: int = 0,
+    calls: np.ndarray | None = None,
 ) -> list[DeviceInterval]:
-    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``)."""
+    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``).
+
+    ``calls`` (``CALL`` rows sorted by correlation id) tie each record to the thread and
+    time of the call that issued it (``_issuing_calls``).
+    """
     out: list[DeviceInterval] = []
     for kind, t in tables.items():
         count = len(t)
@@ -348,6 +427,33 @@ def records_of(
             continue
         start = (t["start"].astype(np.int64) - offset_ns).tolist()
         end = (t["end"].astype(np.int64) - offset_ns).tolist()
+        thread, issued = _issuing_calls(t, calls)
         columns = ([kind] * count, start, end, t["stream_id"].tolist(), labels, nbytes, pageable)
-        out += itertools.starmap(DeviceInterval, zip(*columns, strict=True))
+        out += itertools.starmap(DeviceInterval, zip(*columns, itertools.repeat(None), thread, issued, strict=False))
     return out
+
+
+def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[list[int], list[int]]:
+    """The thread and host time at which each record's work was issued; 0 and 0 where
+    that is not known.
+
+    Its own call where it was recorded. Else the recorded calls just before and just
+    after it in correlation order (ids count every call, recorded or not): when both are
+    on one thread, the work was issued on that thread between them, and as every step
+    edge is a recorded call, no step opened or closed in between; the midpoint of the
+    gap stands for the time.
+    """
+    count = len(records)
+    if calls is None or not len(calls):
+        return [0] * count, [0] * count
+    correlation = records["correlation_id"]
+    ids, threads = calls["correlation_id"], calls["thread"]
+    after = np.searchsorted(ids, correlation)  # the first call at or after each record
+    at = np.minimum(after, len(ids) - 1)
+    own = ids[at] == correlation
+    before = np.maximum(after - 1, 0)
+    between = ~own & (after > 0) & (after < len(ids)) & (threads[before] == threads[at])
+    thread = np.where(own, threads[at], np.where(between, threads[before], 0))
+    middle = (calls["returned"][before] + calls["issued"][at]) // 2
+    issued = np.where(own, calls["issued"][at], np.where(between, middle, 0))
+    return thread.tolist(), issued.tolist()

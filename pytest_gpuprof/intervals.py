@@ -68,3 +68,18 @@ def gaps(disjoint: Sequence[Interval], window: Interval) -> list[Interval]:
     if cursor < hi:
         out.append((cursor, hi))
     return out
+
+
+def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """The points in both ``a`` and ``b``, each sorted and disjoint."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out

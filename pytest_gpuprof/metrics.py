@@ -1,9 +1,12 @@
 """The metrics of docs/design.md, computed from a ``Timeline``: pure functions, no I/O.
 
 Utilization is kernel time over wall time, where kernel time is the length of the union
-of kernel intervals inside the window. Every kernel-idle stretch is charged to the
-innermost host step active on each thread at that moment, split evenly among the threads
-that have one; what no step covers is ``unattributed``.
+of kernel intervals inside the window. Device work belongs to the step that issued it
+(``issuers``). Every kernel-idle stretch is charged device first: to the steps whose
+copies or memsets occupied the device then (the kernels were waiting on them), split
+evenly among them; where the device did nothing, to the innermost host step active on
+each thread, split evenly among the threads that have one; what neither covers is
+``unattributed`` (docs/design.md).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class StepMetrics:
     count: int
     host_ms: float
     host_ms_max: float
-    idle_ms: float
+    idle_ms: float | None
     bytes: int
     gbps: float | None
     pageable: bool
@@ -56,21 +59,23 @@ class Metrics:
     """The figures of one window, or the per-metric medians over rounds (``rounds`` set)."""
 
     wall_ms: float
-    kernel_ms: float
-    copy_ms: float
-    busy_ms: float
-    utilization: float
-    busy_utilization: float
+    kernel_ms: float | None
+    copy_ms: float | None
+    busy_ms: float | None
+    utilization: float | None
+    busy_utilization: float | None
     reported_utilization: float | None
     discrepancy: float | None
-    overhead_ms: float
-    unattributed_ms: float
+    overhead_ms: float | None
+    unattributed_ms: float | None
     kernels: int
     truth: Truth
     steps: Mapping[str, StepMetrics] = field(default_factory=dict)
     nvml: NvmlMetrics | None = None
     rounds: Mapping[str, Summary] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # why the device figures are None: the source saw none of the window's device work
+    unseen: str | None = None
 
     def flat(self) -> dict[str, float]:
         """Every numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -96,9 +101,11 @@ class Metrics:
         return self.flat().get(path)
 
     def idle_by_step(self) -> list[tuple[str, float]]:
-        """Kernel-idle time per step, largest first, ``unattributed`` last."""
+        """Kernel-idle time per step, largest first, ``unattributed`` last (none where unseen)."""
+        if self.unattributed_ms is None:
+            return []
         charged = sorted(
-            ((name, s.idle_ms) for name, s in self.steps.items() if s.idle_ms > 0),
+            ((name, s.idle_ms) for name, s in self.steps.items() if s.idle_ms),
             key=lambda item: -item[1],
         )
         return [*charged, (UNATTRIBUTED, self.unattributed_ms)]
@@ -112,6 +119,7 @@ class Metrics:
             "steps": {name: s.to_dict() for name, s in self.steps.items()},
             **({"nvml": self.nvml.to_dict()} if self.nvml is not None else {}),
             **({"notes": list(self.notes)} if self.notes else {}),
+            **({"unseen": self.unseen} if self.unseen else {}),
         }
 
 
@@ -134,6 +142,12 @@ def compute(timeline: Timeline) -> Metrics:
     """All metrics of one window."""
     window = (timeline.start, timeline.end)
     wall = max(timeline.end - timeline.start, 0)
+    reported: float | None = None
+    if timeline.regions:
+        bracketed = iv.covered_length(((r.start, r.end) for r in timeline.regions), window)
+        reported = _ratio(bracketed, wall)
+    if timeline.truth == "events" and not timeline.device:
+        return _unseen(timeline, wall, reported)
     kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
     copies = [(d.start, d.end) for d in timeline.device if d.kind == "memcpy"]
     busy_spans = [(d.start, d.end) for d in timeline.device]
@@ -142,13 +156,15 @@ def compute(timeline: Timeline) -> Metrics:
     busy_ns = iv.covered_length(busy_spans, window)
     copy_ns = iv.covered_length(copies, window)
 
+    work = work_by_step(timeline.steps, timeline.device)
+    names = {s.span_id: s.name for s in timeline.steps}
+    transfers: dict[str, list[iv.Interval]] = defaultdict(list)
+    for span_id, done in work.items():
+        if span_id in names:  # tagged by a step outside the window: its work is nobody's here
+            transfers[names[span_id]] += [(d.start, d.end) for d in done if d.kind != "kernel"]
     idle = iv.gaps(kernel_union, window)
-    charged, unattributed = attribute_idle(timeline.steps, idle)
+    charged, unattributed = attribute_idle(timeline.steps, idle, transfers)
 
-    reported: float | None = None
-    if timeline.regions:
-        bracketed = iv.covered_length(((r.start, r.end) for r in timeline.regions), window)
-        reported = _ratio(bracketed, wall)
     utilization = _ratio(kernel_ns, wall)
     return Metrics(
         wall_ms=wall / NS_PER_MS,
@@ -163,19 +179,143 @@ def compute(timeline: Timeline) -> Metrics:
         unattributed_ms=unattributed / NS_PER_MS,
         kernels=len(iv.clip(kernels, window)),
         truth=timeline.truth,
-        steps=_step_metrics(timeline.steps, timeline.device, charged, window),
+        steps=_step_metrics(timeline.steps, work, charged, window),
         nvml=nvml_metrics(timeline.samples, window),
-        notes=timeline.notes,
+        notes=(*timeline.notes, *_declared_against_copied(timeline.steps, work, window)),
     )
 
 
-def attribute_idle(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[dict[str, float], float]:
-    """Charge each idle stretch to the innermost step of each thread active then.
+UNSEEN = (
+    "the CUDA events at the steps' edges saw no device work in this window: the work ran on "
+    "streams they were not recorded on, or there was none (CUPTI sees every stream)"
+)
+
+
+def _unseen(timeline: Timeline, wall: int, reported: float | None) -> Metrics:
+    """A window whose source saw no device work: every device figure ``None``, not 0."""
+    return Metrics(
+        wall_ms=wall / NS_PER_MS,
+        kernel_ms=None,
+        copy_ms=None,
+        busy_ms=None,
+        utilization=None,
+        busy_utilization=None,
+        reported_utilization=reported,
+        discrepancy=None,
+        overhead_ms=None,
+        unattributed_ms=None,
+        kernels=0,
+        truth=timeline.truth,
+        steps=_step_metrics(timeline.steps, {}, None, (timeline.start, timeline.end)),
+        nvml=nvml_metrics(timeline.samples, (timeline.start, timeline.end)),
+        notes=(*timeline.notes, f"utilization not measured: {UNSEEN}"),
+        unseen=UNSEEN,
+    )
+
+
+def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:
+    """The ``span_id`` of the step that issued each device interval, ``None`` where none did.
+
+    A backend's tag first; else the innermost step open on the issuing ``thread`` at the
+    host time the work was ``issued``; else, for a copy, the innermost step open on its
+    ``stream`` when it started. Steps of one thread nest (they are context managers), so
+    the innermost step open at a time is the latest-started one that contains it, or one
+    of its ancestors: numpy looks the last start up and climbs to the enclosing step.
+    """
+    out: list[int | None] = [d.span_id for d in device]
+    by_thread: dict[int, list[Span]] = defaultdict(list)
+    by_stream: dict[int, list[Span]] = defaultdict(list)
+    for span in steps:
+        by_thread[span.thread].append(span)
+        if span.stream is not None:
+            by_stream[span.stream].append(span)
+    asked: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # lane -> (index, time)
+    for i, d in enumerate(device):
+        if d.span_id is not None:
+            continue
+        if d.issued and d.thread in by_thread:
+            asked["thread", d.thread].append((i, d.issued))
+        elif d.kind == "memcpy" and d.stream in by_stream:
+            asked["stream", d.stream].append((i, d.start))
+    for (what, lane), queries in asked.items():
+        found = _innermost(by_thread[lane] if what == "thread" else by_stream[lane], [t for _, t in queries])
+        for (i, _), span_id in zip(queries, found, strict=True):
+            out[i] = span_id
+    return out
+
+
+def _innermost(spans: Sequence[Span], times: Sequence[int]) -> list[int | None]:
+    """For each time, the ``span_id`` of the innermost of the nested ``spans`` open then
+    (``start <= time <= end``), or ``None``."""
+    ordered = sorted(spans, key=lambda s: (s.start, -s.end, s.depth))
+    starts = np.array([s.start for s in ordered], dtype=np.int64)
+    ends = np.array([s.end for s in ordered], dtype=np.int64)
+    parent = np.full(len(ordered), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i, span in enumerate(ordered):
+        while stack and ends[stack[-1]] < span.start:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    at = np.asarray(times, dtype=np.int64)
+    index = np.searchsorted(starts, at, side="right") - 1
+    while True:
+        climb = np.flatnonzero(index >= 0)
+        climb = climb[ends[index[climb]] < at[climb]]
+        if not len(climb):
+            break
+        index[climb] = parent[index[climb]]
+    ids = [s.span_id for s in ordered]
+    return [ids[k] if k >= 0 else None for k in index.tolist()]
+
+
+def work_by_step(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:
+    """The device work of each step that issued some, by ``span_id``."""
+    out: dict[int, list[DeviceInterval]] = defaultdict(list)
+    for d, span_id in zip(device, issuers(steps, device), strict=True):
+        if span_id is not None:
+            out[span_id].append(d)
+    return dict(out)
+
+
+def attribute_idle(
+    steps: Sequence[Span],
+    idle: Sequence[iv.Interval],
+    transfers: Mapping[str, Sequence[iv.Interval]] | None = None,
+) -> tuple[dict[str, float], float]:
+    """Charge each idle stretch, device first: to the steps whose ``transfers`` (copies
+    and memsets, by step name) occupied the device then, split evenly among them; the
+    rest to the innermost host step of each thread active then.
 
     ``idle`` is sorted and disjoint. Returns nanoseconds charged per step name and the
-    nanoseconds no step covered; the two add up to the total idle length. The active
-    steps change only where a step opens or closes: between two such points, the idle
-    time inside is charged at once (a window can hold a hundred thousand idle stretches).
+    nanoseconds neither covered; the two add up to the total idle length.
+    """
+    if not transfers:
+        return _charge_lanes(steps, idle)
+    lanes = [
+        Span(name, -1 - lane, s, e)
+        for lane, (name, done) in enumerate(sorted(transfers.items()))
+        for s, e in iv.union(done)
+    ]
+    busy = iv.union((s.start, s.end) for s in lanes)
+    if not busy:
+        return _charge_lanes(steps, idle)
+    lo, hi = (idle[0][0], idle[-1][1]) if idle else (0, 0)
+    by_device, _ = _charge_lanes(lanes, iv.intersect(idle, busy))
+    by_host, unattributed = _charge_lanes(steps, iv.intersect(idle, iv.gaps(busy, (lo, hi))))
+    for name, ns in by_device.items():
+        by_host[name] = by_host.get(name, 0.0) + ns
+    return by_host, unattributed
+
+
+def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[dict[str, float], float]:
+    """Charge each idle stretch to the innermost step of each thread active then, split
+    evenly among the threads that have one.
+
+    The active steps change only where a step opens or closes: between two such points,
+    the idle time inside is charged at once (a window can hold a hundred thousand idle
+    stretches).
     """
     charged: dict[str, float] = defaultdict(float)
     unattributed = 0.0
@@ -229,24 +369,25 @@ def _idle_before(idle: Sequence[iv.Interval], points: Sequence[int]) -> list[int
 
 def _step_metrics(
     steps: Sequence[Span],
-    device: Sequence[DeviceInterval],
-    charged: Mapping[str, float],
+    work: Mapping[int, Sequence[DeviceInterval]],
+    charged: Mapping[str, float] | None,
     window: iv.Interval,
 ) -> dict[str, StepMetrics]:
-    copies_by_span = _copies_by_span(steps, device)
+    """Each step's figures; its bytes, bandwidth and memory kind from the copies it issued
+    (``bytes=`` where it declared them and no copy of it was seen)."""
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in steps:
-        if iv.clip([(span.start, span.end)], window) or span.start == span.end:
+        if iv.clip([(span.start, span.end)], window) or span.start == span.end or span.span_id in work:
             by_name[span.name].append(span)
     out: dict[str, StepMetrics] = {}
     for name in sorted(by_name):
         every = by_name[name]
         spans = _outermost(every)
         durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
-        copies = [c for sp in every for c in copies_by_span.get(sp.span_id, ())]
+        copies = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "memcpy"]
         declared = [sp.bytes for sp in spans if sp.bytes is not None]
         copied = sum(c.bytes for c in copies)
-        nbytes = sum(declared) if declared else copied
+        nbytes = copied if copies else sum(declared)
         copy_ns = iv.length((c.start, c.end) for c in copies)
         host_ns = sum(durations)
         gbps: float | None = None
@@ -258,12 +399,29 @@ def _step_metrics(
             count=len(spans),
             host_ms=host_ns / NS_PER_MS,
             host_ms_max=max(durations, default=0) / NS_PER_MS,
-            idle_ms=charged.get(name, 0.0) / NS_PER_MS,
+            idle_ms=None if charged is None else charged.get(name, 0.0) / NS_PER_MS,
             bytes=nbytes,
             gbps=gbps,
             pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
         )
     return out
+
+
+def _declared_against_copied(
+    steps: Sequence[Span], work: Mapping[int, Sequence[DeviceInterval]], window: iv.Interval
+) -> list[str]:
+    """A note for each step whose declared ``bytes=`` differ from what its copies moved."""
+    declared: dict[str, int] = defaultdict(int)
+    copied: dict[str, int] = defaultdict(int)
+    for span in _outermost([s for s in steps if s.bytes is not None and s.end >= window[0] and s.start <= window[1]]):
+        declared[span.name] += span.bytes or 0
+    for span in steps:
+        copied[span.name] += sum(d.bytes for d in work.get(span.span_id, ()) if d.kind == "memcpy")
+    return [
+        f"step {name!r} declared {nbytes:,} bytes (bytes=) but its copies moved {copied[name]:,}"
+        for name, nbytes in sorted(declared.items())
+        if copied[name] and copied[name] != nbytes
+    ]
 
 
 def _outermost(spans: Sequence[Span]) -> list[Span]:
@@ -278,26 +436,6 @@ def _outermost(spans: Sequence[Span]) -> list[Span]:
         kept.append(span)
         enclosing[span.thread] = span
     return kept
-
-
-def _copies_by_span(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:
-    """Each copy under the step that launched it: by tag where the backend tagged it, else
-    the innermost step on the copy's stream that was open when the copy started."""
-    out: dict[int, list[DeviceInterval]] = defaultdict(list)
-    on_stream: dict[int, list[Span]] = defaultdict(list)
-    for span in steps:
-        if span.stream is not None:
-            on_stream[span.stream].append(span)
-    for d in device:
-        if d.kind != "memcpy":
-            continue
-        if d.span_id is not None:
-            out[d.span_id].append(d)
-            continue
-        open_then = [s for s in on_stream.get(d.stream, ()) if s.start <= d.start <= s.end]
-        if open_then:
-            out[max(open_then, key=lambda s: (s.depth, s.start)).span_id].append(d)
-    return out
 
 
 def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics | None:
@@ -339,7 +477,7 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             count=round(med(f"steps.{name}.count")),
             host_ms=med(f"steps.{name}.host_ms"),
             host_ms_max=med(f"steps.{name}.host_ms_max"),
-            idle_ms=med(f"steps.{name}.idle_ms"),
+            idle_ms=opt(f"steps.{name}.idle_ms"),
             bytes=round(med(f"steps.{name}.bytes")),
             gbps=opt(f"steps.{name}.gbps"),
             pageable=any(name in m.steps and m.steps[name].pageable for m in rounds),
@@ -356,24 +494,25 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             mem_used_max_bytes=None if mem is None else round(mem),
             samples=sum(m.nvml.samples for m in rounds if m.nvml is not None),
         )
-    unattributed = sorted(m.unattributed_ms for m in rounds)
+    unattributed = [m.unattributed_ms for m in rounds if m.unattributed_ms is not None]
     return Metrics(
         wall_ms=med("wall_ms"),
-        kernel_ms=med("kernel_ms"),
-        copy_ms=med("copy_ms"),
-        busy_ms=med("busy_ms"),
-        utilization=med("utilization"),
-        busy_utilization=med("busy_utilization"),
+        kernel_ms=opt("kernel_ms"),
+        copy_ms=opt("copy_ms"),
+        busy_ms=opt("busy_ms"),
+        utilization=opt("utilization"),
+        busy_utilization=opt("busy_utilization"),
         reported_utilization=opt("reported_utilization"),
         discrepancy=opt("discrepancy"),
-        overhead_ms=med("overhead_ms"),
-        unattributed_ms=float(Summary.of(unattributed).median),
+        overhead_ms=opt("overhead_ms"),
+        unattributed_ms=float(Summary.of(unattributed).median) if unattributed else None,
         kernels=round(Summary.of([m.kernels for m in rounds]).median),
         truth=last.truth,
         steps=steps,
         nvml=nvml,
         rounds=summaries,
         notes=last.notes,
+        unseen=next((m.unseen for m in rounds if m.unseen), None),
     )
 
 

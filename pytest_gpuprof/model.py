@@ -16,7 +16,8 @@ DeviceKind = Literal["kernel", "memcpy", "memset"]
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A host step or region: what the code says it is doing, on one thread."""
+    """A host step or region: what the code says it is doing, on one thread (``thread``:
+    its native id, as the operating system and CUPTI name it)."""
 
     name: str
     thread: int
@@ -32,8 +33,11 @@ class Span:
 class DeviceInterval(NamedTuple):
     """Something the device did: a kernel, a copy or a memset, on one stream.
 
-    ``span_id`` names the host step that launched it, where the backend knows it; else a
-    copy belongs to the step that ran on its ``stream`` when the copy started.
+    Which host step issued it (``metrics.issuers``): ``span_id`` where the backend tagged
+    it as it was submitted; else ``thread`` and ``issued``, the native id of the thread
+    that made the launch or copy call and the host time of that call (from CUPTI's API
+    records), whose innermost open step is the issuer; else, for a copy, the step open
+    on its ``stream`` when the copy started.
 
     A named tuple, not a frozen dataclass like the rest: a window can hold a hundred
     thousand of these, and a tuple is made several times faster.
@@ -47,6 +51,8 @@ class DeviceInterval(NamedTuple):
     bytes: int = 0
     pageable: bool = False
     span_id: int | None = None
+    thread: int = 0
+    issued: int = 0
 
 
 @dataclass(frozen=True, slots=True)

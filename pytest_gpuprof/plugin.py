@@ -25,7 +25,7 @@ from pytest_gpuprof.config import (
     read_budget_file,
     read_pyproject,
 )
-from pytest_gpuprof.session import PROFILER, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.session import BUDGET, PROFILER, WHOLE_CALL, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from pytest_gpuprof.workload import GpuWorkload
 
 SESSION = pytest.StashKey[GpuSession]()
-BUDGET = pytest.StashKey[Budget]()
 
 
 FIXTURES = frozenset({"gpuprof", "gpu_workload"})
@@ -259,6 +258,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.stash[BUDGET] = _marker_budget(item, marker, session.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
+        elif marker is not None or (
+            session.settings.enforce
+            and not session.settings.budget.empty
+            and "gpu" in keywords
+            and item.get_closest_marker("gpu") is not None
+        ):
+            # a budget on a test that uses no fixture: its whole call is the window
+            item.stash[WHOLE_CALL] = True
+            session.register()
         if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 

@@ -261,7 +261,7 @@ class Profiler:
                 body(i)
             results.append(done[0])
         merged = metrics_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
-        return self._record(Window(label, merged, results[-1].timeline))
+        return self.record(Window(label, merged, results[-1].timeline))
 
     @contextmanager
     def _unmeasured(self) -> Iterator[None]:
@@ -286,7 +286,8 @@ class Profiler:
     def measuring(self) -> bool:
         return self._measuring > 0
 
-    def _record(self, window: Window) -> Metrics:
+    def record(self, window: Window) -> Metrics:
+        """Judge ``window`` on this test's budget and keep it."""
         window.breaches = evaluate(self.budget, window.metrics) if not self.budget.empty else []
         self.windows.append(window)
         return window.metrics
@@ -366,7 +367,7 @@ class Profiler:
         whole = self.whole_test()
         if whole is None:
             return []
-        self._record(whole)
+        self.record(whole)
         return self.windows
 
 
@@ -406,7 +407,7 @@ class _SpanScope:
         self._span_id = span_id = next(_span_ids)
         self._stack = push_span(span_id)
         self._depth = len(self._stack) - 1
-        self._thread = threading.get_ident()
+        self._thread = threading.get_native_id()
         profiler = self._profiler
         is_step = self._into is profiler._steps
         backend = profiler.backend
@@ -419,10 +420,10 @@ class _SpanScope:
         if self._token is not None:
             self._profiler.backend.close_span(self._token)
         pop_span(self._stack, self._span_id)
-        if threading.get_ident() != self._thread:
+        if threading.get_native_id() != self._thread:
             raise RuntimeError(
                 f"gpuprof step {self._name!r} was opened on thread {self._thread} and closed on thread "
-                f"{threading.get_ident()}: a step opens and closes on one thread (it is not recorded)"
+                f"{threading.get_native_id()}: a step opens and closes on one thread (it is not recorded)"
             )
         # list.append is atomic: no lock needed on this path
         self._into.append(

@@ -33,7 +33,9 @@ class GpuRecord:
     @property
     def verdict(self) -> str:
         if not self.breaches:
-            return "ok" if not self.budget.empty else "-"
+            if self.budget.empty:
+                return "-"
+            return "not measured" if self.metrics.unseen else "ok"
         keys = ",".join(sorted({b.key for b in self.breaches}))
         if self.xfail:
             return f"xfail: breach {keys}"
@@ -45,12 +47,11 @@ class GpuRecord:
         figures: list[tuple[str, object]] = [
             ("gpuprof.truth", m.truth),
             ("gpuprof.wall_ms", round(m.wall_ms, 3)),
-            ("gpuprof.kernel_ms", round(m.kernel_ms, 3)),
-            ("gpuprof.utilization", round(m.utilization, 4)),
-            ("gpuprof.overhead_ms", round(m.overhead_ms, 3)),
         ]
-        if m.reported_utilization is not None:
-            figures.append(("gpuprof.reported_utilization", round(m.reported_utilization, 4)))
+        for name, digits in (("kernel_ms", 3), ("utilization", 4), ("overhead_ms", 3), ("reported_utilization", 4)):
+            value = getattr(m, name)
+            if value is not None:
+                figures.append((f"gpuprof.{name}", round(value, digits)))
         figures.append(("gpuprof.verdict", self.verdict))
         return figures
 
@@ -136,10 +137,15 @@ def row(record: GpuRecord) -> list[str]:
         f"{m.wall_ms:.1f}",
         pct(m.utilization),
         pct(m.reported_utilization),
-        f"{m.overhead_ms:.1f}",
+        ms(m.overhead_ms),
         f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
         record.verdict,
     ]
+
+
+def ms(x: float | None) -> str:
+    """Milliseconds with one decimal; None (not measured) -> '-'."""
+    return "-" if x is None else f"{x:.1f}"
 
 
 def table(rows: list[list[str]]) -> list[str]:
@@ -176,7 +182,7 @@ def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compa
         name = t["nodeid"].replace("|", "\\|")
         lines.append(
             f"| `{name}` | {m['wall_ms']:.1f} | {pct(m['utilization'])} | {pct(m['reported_utilization'])} "
-            f"| {m['overhead_ms']:.1f} | {t.get('verdict', '-')} |"
+            f"| {ms(m.get('overhead_ms'))} | {t.get('verdict', '-')} |"
         )
     if compare:
         lines += ["", "```", *compare, "```"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.budget import Budget, failure_message
+from pytest_gpuprof.budget import Budget, failure_message, not_measured
 from pytest_gpuprof.config import Settings
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture
 PROFILER = pytest.StashKey["Profiler"]()
+# set at collection on a test with a budget and no fixture: its call is measured whole
+WHOLE_CALL = pytest.StashKey[bool]()
+BUDGET = pytest.StashKey[Budget]()
 HOOKS_NAME = "gpuprof-session"
 
 
@@ -334,6 +337,11 @@ class GpuSession:
             item.user_properties.extend(record.properties())
         regression = self.regression(item.nodeid)
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
+        for line in not_measured(profiler.budget, record.metrics) if record is not None else []:
+            try:  # neither kept nor breached: said so, never a failure
+                warnings.warn(GpuBudgetWarning(f"GPU budget not judged: {line}"), stacklevel=1)
+            except GpuBudgetWarning:
+                pass  # warnings are errors here (-W error); the summary's verdict still says it
         if message is not None and not self.settings.enforce:
             try:
                 warnings.warn(GpuBudgetWarning(message), stacklevel=1)
@@ -549,8 +557,20 @@ class SessionHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        result = yield
-        self._session.judge(item)
+        if not item.stash.get(WHOLE_CALL, False):
+            result = yield
+            self._session.judge(item)
+            return result
+        session = self._session
+        profiler = session.profiler(item.stash.get(BUDGET, session.settings.budget))
+        item.stash[PROFILER] = profiler
+        try:
+            with profiler.window("test") as done:
+                result = yield
+        finally:
+            session.backend.drain()  # the call's device work is in its window, or lost with it
+        profiler.record(done[0])
+        session.judge(item)
         return result
 
     @pytest.hookimpl(wrapper=True)

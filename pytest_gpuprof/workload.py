@@ -76,8 +76,13 @@ class GpuWorkload:
                 f"{free:,} bytes ({free / GIB:.3g} GiB) free of {total / GIB:.3g} GiB on {self.device.name}"
             ) from e
 
-    def upload(self, nbytes: int, pinned: bool = True, *, stream: Any = None, out: Any = None) -> Any:
-        """Copy to the device and wait for the copy, as ``cudaMemcpy`` does."""
+    def upload(
+        self, nbytes: int, pinned: bool = True, non_blocking: bool = False, *, stream: Any = None, out: Any = None
+    ) -> Any:
+        """Copy to the device and wait for the copy, as ``cudaMemcpy`` does; with
+        ``non_blocking``, enqueue it on the stream and return at once, as
+        ``cudaMemcpyAsync`` from pinned memory does (later work on the stream runs after
+        it). From pageable memory the host waits for the copy either way, as on a GPU."""
         nbytes = _byte_count("upload", nbytes)
         stream = self.backend.default_stream if stream is None else stream
         with (
@@ -85,7 +90,8 @@ class GpuWorkload:
             self._out_of_memory("upload", nbytes),
         ):
             buffer = self.backend.upload(nbytes, pinned=pinned, stream=stream, out=out)
-            self.backend.synchronize(stream)
+            if not non_blocking:
+                self.backend.synchronize(stream)
         return buffer
 
     def sync(self) -> None:

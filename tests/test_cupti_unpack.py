@@ -18,25 +18,25 @@ from pytest_gpuprof.model import DeviceInterval
 # Shaped like cupti-python's record dtypes: the kind first, fields at fixed offsets.
 KERNEL = np.dtype(
     {
-        "names": ["kind", "start", "end", "stream_id", "name"],
-        "formats": ["<u4", "<u8", "<u8", "<u4", "<u8"],
-        "offsets": [0, 16, 24, 48, 104],
+        "names": ["kind", "start", "end", "stream_id", "name", "correlation_id"],
+        "formats": ["<u4", "<u8", "<u8", "<u4", "<u8", "<u4"],
+        "offsets": [0, 16, 24, 48, 104, 56],
         "itemsize": 216,
     }
 )
 MEMCPY = np.dtype(
     {
-        "names": ["kind", "copy_kind", "src_kind", "dst_kind", "bytes", "start", "end", "stream_id"],
-        "formats": ["<u4", "u1", "u1", "u1", "<u8", "<u8", "<u8", "<u4"],
-        "offsets": [0, 4, 5, 6, 8, 16, 24, 40],
+        "names": ["kind", "copy_kind", "src_kind", "dst_kind", "bytes", "start", "end", "stream_id", "correlation_id"],
+        "formats": ["<u4", "u1", "u1", "u1", "<u8", "<u8", "<u8", "<u4", "<u4"],
+        "offsets": [0, 4, 5, 6, 8, 16, 24, 40, 48],
         "itemsize": 72,
     }
 )
 MEMSET = np.dtype(
     {
-        "names": ["kind", "bytes", "start", "end", "stream_id"],
-        "formats": ["<u4", "<u8", "<u8", "<u8", "<u4"],
-        "offsets": [0, 8, 16, 24, 40],
+        "names": ["kind", "bytes", "start", "end", "stream_id", "correlation_id"],
+        "formats": ["<u4", "<u8", "<u8", "<u8", "<u4", "<u4"],
+        "offsets": [0, 8, 16, 24, 40, 48],
         "itemsize": 64,
     }
 )
@@ -48,16 +48,18 @@ API = np.dtype(
         "itemsize": 40,
     }
 )
-LAYOUTS = {10: ("kernel", KERNEL), 1: ("memcpy", MEMCPY), 2: ("memset", MEMSET), 5: ("api", API)}
+LAYOUTS = {10: ("kernel", KERNEL), 1: ("memcpy", MEMCPY), 2: ("memset", MEMSET), 5: ("api", API), 4: ("api", API)}
 NAMES = {0: "", 0x1000: "gemm", 0x2000: "fft"}
 COPY_NAMES = {1: "HTOD", 2: "DTOH"}
 PAGEABLE = 1
 
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**63 - 1)  # CUPTI's timestamps: nanoseconds since 1970
-kernel = st.tuples(st.just(10), u64, u64, u32, st.sampled_from(sorted(NAMES)))
-memcpy = st.tuples(st.just(1), st.sampled_from([1, 2, 9]), st.integers(0, 3), st.integers(0, 3), u64, u64, u64, u32)
-memset = st.tuples(st.just(2), u64, u64, u64, u32)
+kernel = st.tuples(st.just(10), u64, u64, u32, st.sampled_from(sorted(NAMES)), u32)
+memcpy = st.tuples(
+    st.just(1), st.sampled_from([1, 2, 9]), st.integers(0, 3), st.integers(0, 3), u64, u64, u64, u32, u32
+)
+memset = st.tuples(st.just(2), u64, u64, u64, u32, u32)
 api = st.tuples(st.just(5), u32, u64, u64, u32, u32, u32)
 record = st.one_of(kernel, memcpy, memset, api)
 # kinds mixed record by record, and in runs long enough for the walk to look ahead
@@ -83,7 +85,7 @@ def expected(f: tuple[int, ...]) -> DeviceInterval:
     if f[0] == 10:
         return DeviceInterval("kernel", f[1], f[2], f[3], NAMES[f[4]], 0, False)
     if f[0] == 1:
-        _, kind, src, dst, nbytes, start, end, stream = f
+        _, kind, src, dst, nbytes, start, end, stream, _ = f
         return DeviceInterval(
             "memcpy", start, end, stream, COPY_NAMES.get(kind, "copy"), nbytes, PAGEABLE in (src, dst)
         )
@@ -127,9 +129,22 @@ class FakeCupti:
     ActivityMemcpyKind = enum.IntEnum("ActivityMemcpyKind", {name: kind for kind, name in COPY_NAMES.items()})
     activity_kernel10_dtype, activity_memcpy6_dtype, activity_memset4_dtype = KERNEL, MEMCPY, MEMSET
     activity_api_dtype = API
+    ActivityThreadIdType = enum.IntEnum("ActivityThreadIdType", {"DEFAULT": 0, "SYSTEM": 1})
+    runtime_api_trace_cbid = enum.IntEnum(
+        "runtime_api_trace_cbid", {"cudaLaunchKernel_v7000": 211, "cudaGetDevice_v3020": 17}
+    )
+    driver_api_trace_cbid = enum.IntEnum("driver_api_trace_cbid", {"cuLaunchKernel": 307, "cuCtxGetCurrent": 8})
 
     def __init__(self) -> None:
         self.completed: Any = None
+        self.apis_on: dict[int, int] = {}
+
+    def set_thread_id_type(self, kind: int) -> None: ...
+
+    def activity_enable_runtime_api(self, cbid: int, enable: int) -> None:
+        self.apis_on[cbid] = enable
+
+    activity_enable_driver_api = activity_enable_runtime_api
 
     def get_timestamp(self) -> int:
         return time.perf_counter_ns()
@@ -154,7 +169,7 @@ def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCup
     objects, raw = [], b""
     for f in fields:
         if f[0] == 10:
-            f = (*f[:4], real.get(f[4], 0))
+            f = (*f[:4], real.get(f[4], 0), *f[5:])
         offset = len(raw)
         raw += np.array([f], dtype=LAYOUTS[f[0]][1]).tobytes()
         objects.append((offset, f))
@@ -167,7 +182,7 @@ def deliver(fields: list[tuple[int, ...]], capture: CuptiCapture, cupti: FakeCup
             name = ctypes.string_at(f[4]).decode() if f[4] else ""
             activities.append(SimpleNamespace(kind=10, ptr=ptr, start=f[1], end=f[2], stream_id=f[3], name=name))
         elif f[0] == 1:
-            _, kind, src, dst, nbytes, start, end, stream = f
+            _, kind, src, dst, nbytes, start, end, stream, _ = f
             activities.append(
                 SimpleNamespace(
                     kind=1,
@@ -212,14 +227,14 @@ class FakeLibrary:
 
 def with_real_names(fields: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     real = {pointer: ctypes.addressof(buffer) for pointer, buffer in NAME_BUFFERS.items()}
-    return [(*f[:4], real.get(f[4], 0)) if f[0] == 10 else f for f in fields]
+    return [(*f[:4], real.get(f[4], 0), *f[5:]) if f[0] == 10 else f for f in fields]
 
 
 @given(records)
 def test_records_from_cuptis_buffers_and_from_objects_agree(fields: list[tuple[int, ...]]) -> None:
     library = FakeLibrary()
     raw_capture = CuptiCapture(FakeCupti(), library=lambda: library)
-    assert raw_capture.reading == "records read from CUPTI's buffers"
+    assert raw_capture.reading.startswith("records read from CUPTI's buffers")
     raw_capture.offset_ns = 0  # each capture reads its own clock offset: compare records, not reads
     library.fill(fields)
     library.fill([])  # an empty buffer is no delivery
@@ -243,7 +258,7 @@ def test_records_from_cuptis_buffers_and_from_objects_agree(fields: list[tuple[i
 def test_buffers_are_recycled_and_an_unreadable_one_is_reported():
     library = FakeLibrary()
     capture = CuptiCapture(FakeCupti(), library=lambda: library)
-    record = (10, 5, 9, 1, 0x1000)
+    record = (10, 5, 9, 1, 0x1000, 0)
     for _ in range(3):
         library.fill([record] * 100)
         (kernel, *more), _ = capture.drain()
@@ -265,3 +280,30 @@ def test_without_the_library_the_objects_are_read_and_the_header_says_why():
     capture = CuptiCapture(FakeCupti(), library=missing)
     assert capture._raw is None
     assert capture.reading.endswith("CUPTI's buffers could not be taken directly (no libcupti loaded)")
+
+
+def test_device_work_is_tied_to_the_call_that_issued_it():
+    cupti, library, marks = FakeCupti(), FakeLibrary(), []
+    capture = CuptiCapture(cupti, library=lambda: library, marker=lambda: marks.append(1))
+    assert capture.correlating and "launches tied to the steps" in capture.reading
+    capture.mark()
+    assert marks == [1]
+    capture.offset_ns = 100
+    launch = (4, 307, 1_000, 1_500, 1, 4242, 7)  # cuLaunchKernel on thread 4242, correlation 7
+    library.fill([launch, (10, 5_000, 9_000, 1, 0x1000, 7)])
+    # a copy (correlation 9) whose own call was not recorded, between two calls of thread 4343
+    library.fill([(1, 1, 2, 2, 64, 9_500, 9_900, 3, 9), (4, 1, 2_000, 2_100, 1, 4343, 8)])
+    library.fill([(4, 1, 2_300, 2_500, 1, 4343, 10)])
+    # correlation 12 lies between calls of two threads (10 and 13): not known
+    library.fill([(10, 9_000, 9_500, 1, 0x2000, 12), (4, 1, 2_600, 2_700, 1, 4242, 13)])
+    work, _ = capture.drain()
+    by_name = {d.name: d for d in work}
+    assert (by_name["gemm"].thread, by_name["gemm"].issued) == (4242, 900)
+    assert (by_name["HTOD"].thread, by_name["HTOD"].issued) == (4343, (2_000 + 2_200) // 2)
+    assert (by_name["fft"].thread, by_name["fft"].issued) == (0, 0)
+    # a call whose work has not been read yet waits for the next drain
+    library.fill([(4, 307, 3_000, 3_100, 1, 4242, 20)])
+    assert capture.drain()[0] == []
+    library.fill([(10, 10_000, 10_500, 1, 0x1000, 20)])
+    (later,), _ = capture.drain()
+    assert (later.thread, later.issued) == (4242, 2_900)

@@ -207,3 +207,39 @@ def test_workload_arguments_are_checked(backend, call, error, message):
     with pytest.raises(error) as info:
         call(workload)
     assert str(info.value).startswith(message)
+
+
+def test_an_asynchronous_upload_returns_at_once_and_its_idle_is_charged_to_it():
+    from pytest_gpuprof.clock import VirtualClock
+
+    backend = HostBackend(VirtualClock())
+    try:
+        profiler = Profiler(backend, budget=Budget())
+        workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=1, warmup=0)
+        figures = {}
+        for non_blocking in (False, True):
+
+            def loop(non_blocking=non_blocking):
+                for _ in range(4):
+                    start = backend.clock.now()
+                    batch = workload.upload(24 * MIB, non_blocking=non_blocking)
+                    enqueued = backend.clock.now() - start
+                    with profiler.step("train"):  # kernels after the copy, on the same stream
+                        backend.compute(1.0)
+                        backend.synchronize(backend.default_stream)
+                    del batch
+                    figures.setdefault(non_blocking, []).append(enqueued)
+
+            m = profiler.measure(loop, rounds=1, warmup=0)
+            upload = m.steps["upload"]
+            assert upload.bytes == 4 * 24 * MIB
+            # the copies' own time, at the virtual clock's pinned 24 GB/s
+            assert upload.gbps == pytest.approx(24.0, rel=0.01)
+            # the kernels waited on the copies: that idle is upload's, not unattributed
+            assert upload.idle_ms == pytest.approx(m.overhead_ms, rel=0.01)
+            assert m.unattributed_ms == pytest.approx(0, abs=0.01)
+        assert max(figures[True]) == 0  # enqueued: the host did not wait for the copy
+        assert min(figures[False]) == pytest.approx(24 * MIB / 24.0, rel=0.01)  # waited for it
+        workload.close()
+    finally:
+        backend.close()

@@ -43,3 +43,10 @@ def test_union_merges_touching_intervals():
 
 def test_gaps_of_nothing_is_the_window():
     assert iv.gaps([], (3, 8)) == [(3, 8)]
+
+
+@given(intervals, intervals)
+def test_intersect_keeps_exactly_the_points_of_both(a, b):
+    both = iv.intersect(iv.union(a), iv.union(b))
+    assert [covered(both, t) for t in range(GRID)] == [covered(a, t) and covered(b, t) for t in range(GRID)]
+    assert all(x[1] <= y[0] for x, y in itertools.pairwise(both))

@@ -105,26 +105,59 @@ def test_empty_window_is_all_zero_not_a_division_error():
 
 
 # property: attribution against a brute-force reference on a grid
-span_strategy = st.builds(
-    lambda name, thread, a, b, depth: Span(name, thread, min(a, b), max(a, b), depth),
-    st.sampled_from(["alloc", "upload", "sync", "trim", "compute"]),
-    st.integers(1, 3),
-    st.integers(0, GRID),
-    st.integers(0, GRID),
-    st.integers(0, 2),
-)
+def spans_of(draws):
+    """Steps as context managers make them: on each thread, opened and closed in LIFO order."""
+    spans, stacks, clock = [], defaultdict(list), 0
+    for thread, opens, gap, name in draws:
+        clock += gap
+        stack = stacks[thread]
+        if opens or not stack:
+            stack.append((name, clock))
+            continue
+        name, start = stack.pop()
+        spans.append(Span(name, thread, start, clock, len(stack), span_id=len(spans) + 1))
+    for thread, stack in stacks.items():
+        while stack:
+            name, start = stack.pop()
+            spans.append(Span(name, thread, start, clock, len(stack), span_id=len(spans) + 1))
+    return spans
+
+
+nested_steps = st.lists(
+    st.tuples(
+        st.integers(1, 3),
+        st.booleans(),
+        st.integers(0, 4),
+        st.sampled_from(["alloc", "upload", "sync", "trim", "compute"]),
+    ),
+    max_size=16,
+).map(spans_of)
 kernel_strategy = st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(
     lambda t: DeviceInterval("kernel", min(t), max(t))
 )
+# copies and memsets, tied by tag to one of the first steps or to none
+transfer_strategy = st.tuples(
+    st.integers(0, GRID), st.integers(0, GRID), st.sampled_from(["memcpy", "memset"]), st.integers(0, 6)
+).map(lambda t: DeviceInterval(t[2], min(t[:2]), max(t[:2]), span_id=t[3] or None))
 
 
 def brute_force(timeline):
+    names = {s.span_id: s.name for s in timeline.steps}
     charged = defaultdict(float)
     unattributed = 0.0
     kernel_time = 0
     for t in range(timeline.start, timeline.end):
         if any(k.start <= t < k.end for k in timeline.device if k.kind == "kernel"):
             kernel_time += 1
+            continue
+        moving = {
+            names[d.span_id]
+            for d in timeline.device
+            if d.kind != "kernel" and d.span_id in names and d.start <= t < d.end
+        }
+        if moving:
+            for name in moving:
+                charged[name] += 1 / len(moving)
             continue
         lanes = defaultdict(list)
         for s in timeline.steps:
@@ -140,12 +173,13 @@ def brute_force(timeline):
 
 
 @given(
-    st.lists(span_strategy, max_size=10),
+    nested_steps,
     st.lists(kernel_strategy, max_size=6),
+    st.lists(transfer_strategy, max_size=4),
     st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
 )
-def test_attribution_matches_brute_force(steps, kernels, window):
-    timeline = Timeline(window[0], window[1], "host", tuple(steps), (), tuple(kernels))
+def test_attribution_matches_brute_force(steps, kernels, transfers, window):
+    timeline = Timeline(window[0], window[1], "host", tuple(steps), (), (*kernels, *transfers))
     # metrics are in ms; scale back to grid units
     m = metrics.compute(timeline)
     kernel_time, charged, unattributed = brute_force(timeline)
@@ -156,6 +190,53 @@ def test_attribution_matches_brute_force(steps, kernels, window):
         assert figures.idle_ms * MS == pytest.approx(charged.get(name, 0.0), abs=1e-9)
     total = sum(s.idle_ms for s in m.steps.values()) + m.unattributed_ms
     assert total == pytest.approx(m.overhead_ms, abs=1e-12)
+
+
+@given(nested_steps, st.lists(st.tuples(st.integers(1, 4), st.integers(1, 60)), max_size=12))
+def test_work_belongs_to_the_innermost_step_open_on_its_thread_when_issued(steps, calls):
+    # issued=0 means "not known"; CUPTI times are never 0
+    device = [DeviceInterval("kernel", 0, 1, thread=thread, issued=t) for thread, t in calls]
+    expected = []
+    for thread, t in calls:
+        open_then = [s for s in steps if s.thread == thread and s.start <= t <= s.end]
+        expected.append(max(open_then, key=lambda s: (s.depth, s.start)).span_id if open_then else None)
+    assert metrics.issuers(steps, device) == expected
+
+
+def test_an_asynchronous_upload_is_charged_for_the_idle_its_copy_caused():
+    # The host enqueues a 40 ms copy in 1 ms and moves on to "train", which launches a
+    # kernel that waits for the copy: the device idles 40 ms while copying for "upload".
+    steps = (
+        Span("upload", 11, 0, 1 * MS, span_id=1),
+        Span("train", 11, 1 * MS, 60 * MS, span_id=2),
+    )
+    device = (
+        DeviceInterval("memcpy", 0, 40 * MS, bytes=4_000_000_000, thread=11, issued=MS // 2),
+        DeviceInterval("kernel", 40 * MS, 60 * MS, thread=11, issued=2 * MS),
+    )
+    m = metrics.compute(Timeline(0, 60 * MS, "cupti", steps, (), device))
+    assert m.steps["upload"].idle_ms == 40
+    assert m.steps["train"].idle_ms == 0
+    assert m.steps["upload"].gbps == pytest.approx(100.0)  # 4 GB over the copy's 40 ms, not the 1 ms step
+    assert m.steps["upload"].bytes == 4_000_000_000
+
+
+def test_declared_bytes_are_compared_with_what_was_copied():
+    steps = (Span("upload", 1, 0, 10 * MS, span_id=1, bytes=1000),)
+    device = (DeviceInterval("memcpy", 0, 5 * MS, bytes=600, span_id=1),)
+    m = metrics.compute(Timeline(0, 10 * MS, "cupti", steps, (), device))
+    assert m.steps["upload"].bytes == 600
+    assert any("declared 1,000 bytes" in n and "moved 600" in n for n in m.notes)
+
+
+def test_events_that_saw_nothing_measure_nothing_not_zero():
+    steps = (Span("train", 1, 0, 10 * MS, span_id=1),)
+    m = metrics.compute(Timeline(0, 10 * MS, "events", steps))
+    assert m.utilization is None and m.kernel_ms is None and m.overhead_ms is None
+    assert m.unseen and "not measured" in m.notes[-1]
+    assert m.steps["train"].idle_ms is None
+    assert "utilization" not in m.flat() and m.flat()["wall_ms"] == 10
+    assert metrics.compute(Timeline(0, 10 * MS, "cupti", steps)).utilization == 0.0  # CUPTI saw every stream
 
 
 def test_aggregate_takes_per_metric_medians_and_keeps_the_samples():

@@ -305,3 +305,31 @@ def test_under_w_error_a_breach_fails_with_its_message(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_budget_marker_on_a_test_without_fixtures_measures_its_whole_call(pytester, tmp_path):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(min_utilization=0.5)
+        def test_existing_gpu_test():
+            assert 1 + 1 == 2
+
+        @pytest.mark.gpu_budget(min_utilization=0.0)
+        def test_within_budget():
+            pass
+
+        def test_no_budget():
+            pass
+        """
+    )
+    report = tmp_path / "r.json"
+    result = pytester.runpytest("--gpu-budget", f"--gpu-report={report}")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*_ test_existing_gpu_test _*", "GPU budget exceeded: utilization 0.0% < 50.0%*"])
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads(report.read_text())["tests"]}
+    assert set(tests) == {"test_existing_gpu_test", "test_within_budget"}
+    assert tests["test_existing_gpu_test"]["budget"]["breaches"][0]["metric"] == "utilization"
+    # without --gpu-budget the same breach is a warning, as for any test
+    pytester.runpytest().assert_outcomes(passed=3, warnings=1)

@@ -2,13 +2,16 @@
 
 Device intervals come from CUPTI activity records (``truth = "cupti"``). Where CUPTI is
 missing, taken by another profiler or switched off, they come from CUDA events recorded
-on a step's stream at its edges (``truth = "events"``): a step's device time is then the
-time between its two events on that stream, which cannot tell kernels from waits or see
-work launched on other streams.
+at a step's edges (``truth = "events"``) on its ``stream=``, else on the stream the
+calling thread's work goes to (PyTorch's or CuPy's current stream): a step's device time
+is then the time between its two events, which cannot tell kernels from waits or see
+work on other non-blocking streams. A window whose events saw nothing reports its device
+figures as not measured, never as 0.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +82,10 @@ class _EdgeEvents:
     kind: Literal["kernel", "memcpy"]
 
 
+# a step's token where CUPTI ties launches to steps: its edges are marked, no events kept
+_MARK = object()
+
+
 class CudaBackend:
     name: Literal["cuda"] = "cuda"
     clock: Clock = RealClock()
@@ -98,6 +105,7 @@ class CudaBackend:
         self._edges: list[tuple[_EdgeEvents, Any]] = []
         self._anchor: tuple[Any, int] | None = None
         self._stream_ids: dict[int, int] = {}
+        self._external: dict[int, Any] = {}
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
         if cupti:
@@ -267,11 +275,36 @@ class CudaBackend:
 
     # device truth
     def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
-        if self._cupti is not None or stream is None:
-            return None  # CUPTI sees the device work itself
+        if self._cupti is not None:  # CUPTI sees the device work itself
+            if self._cupti.correlating:
+                self._cupti.mark()
+                return _MARK
+            return None
+        if stream is None:
+            stream = self._current_stream()
         return _EdgeEvents(span_id, stream, self.record(stream), "memcpy" if copy else "kernel")
 
+    def _current_stream(self) -> Any:
+        """The stream the calling thread's own work goes to: PyTorch's current stream where
+        PyTorch has started CUDA, else CuPy's (both the legacy default stream unless the
+        code chose another, and that stream waits for every blocking stream)."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            ptr = int(torch.cuda.current_stream(self.index).cuda_stream)
+        else:
+            with self._device:
+                ptr = int(self._cp.cuda.get_current_stream().ptr)
+        if ptr == 0:
+            return self._cp.cuda.Stream.null
+        stream = self._external.get(ptr)
+        if stream is None:
+            stream = self._external[ptr] = self._cp.cuda.ExternalStream(ptr, self.index)
+        return stream
+
     def close_span(self, token: Any) -> None:
+        if token is _MARK:
+            self._cupti.mark()
+            return
         end = self.record(token.stream)
         with self._lock:
             self._edges.append((token, end))
@@ -320,8 +353,9 @@ class CudaBackend:
             end_ns = anchor_ns + int(elapsed(anchor, end) * 1e6)
             out.append(DeviceInterval(token.kind, start_ns, end_ns, 0, "step events", 0, False, token.span_id))
         note = (
-            "truth 'events': device time is each step's span between CUDA events on its stream; "
-            "kernels, copies and waits inside a step are not told apart, and work on other streams is not seen"
+            "truth 'events': device time is each step's span between CUDA events on its stream (its stream= "
+            "or the current stream); kernels, copies and waits inside a step are not told apart, and work "
+            "on other non-blocking streams is not seen"
         )
         return out, [note]
 
