@@ -18,3 +18,14 @@ def test_measured_kernel_loop(gpuprof, gpu_workload):
     # Each round is its own window: from the call to the end of the kernels it launched.
     metrics = gpuprof.measure(lambda: gpu_workload.compute(ms=20, kind="matmul"), rounds=5, warmup=1)
     assert metrics.rounds["utilization"].median == pytest.approx(metrics.utilization)
+
+
+def test_asynchronous_upload_is_charged_for_the_wait(gpuprof, gpu_workload):
+    # The upload returns once enqueued, as x.to("cuda", non_blocking=True) does; the
+    # kernels after it on the same stream wait for the copy, and that wait is upload's.
+    def batch():
+        gpu_workload.upload(32 << 20, non_blocking=True)
+        gpu_workload.compute(ms=5)
+
+    metrics = gpuprof.measure(batch, rounds=3, warmup=1)
+    assert metrics.steps["upload"].idle_ms > 0.5 * metrics.overhead_ms
