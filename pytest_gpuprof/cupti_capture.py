@@ -332,18 +332,20 @@ def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict
     """The records packed in ``raw`` (uint8), one structured array per kind of record.
 
     Each record starts with its kind (uint32) and is as long as its kind's dtype. Records
-    of one kind usually come in long runs: numpy reads the kind at each stride of that
-    kind's length ahead, and the run ends at the first that differs, so Python steps once
-    a run. Where kinds alternate (API records between kernels), the walk steps a record
-    at a time. ``None`` when it meets an unknown kind or does not end exactly at the end
-    of ``raw``: the bytes are not laid out as the dtypes say.
+    come in patterns: long runs of one kind, or two kinds in turn (a launch call's record,
+    then a kernel's). Once the last records repeat a pattern of one or two kinds, numpy
+    reads the kinds at the pattern's stride ahead, and the pattern ends at the first that
+    differs, so Python steps once a pattern rather than once a record. ``None`` when the
+    walk meets an unknown kind or does not end exactly at the end of ``raw``: the bytes
+    are not laid out as the dtypes say.
     """
     total = len(raw)
     words = raw[: total // 4 * 4].view(np.uint32)
     read_kind, data = _KIND.unpack_from, raw.data
     sizes = {kind: dtype.itemsize for kind, (_, dtype) in layouts.items()}
-    runs: dict[int, list[list[int]]] = {kind: [] for kind in layouts}  # [first offset, records]
-    offset, previous, streak = 0, -1, 0
+    pieces: dict[int, list[tuple[int, int, int]]] = {kind: [] for kind in layouts}  # (first, count, stride)
+    seen: list[int] = []  # the kinds of the records so far
+    offset = 0
     while offset < total:
         if offset % 4 or offset + 4 > total:
             return None
@@ -351,32 +353,62 @@ def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict
         itemsize = sizes.get(kind)
         if itemsize is None or offset + itemsize > total:
             return None
-        streak = streak + 1 if kind == previous else 0
-        previous = kind
-        run = 1
-        if streak >= 4 and itemsize % 4 == 0:
-            # a run: numpy reads the kind a stride apart, looking further each time
-            fit, look = (total - offset) // itemsize, 64
-            while True:
-                ahead = words[offset // 4 :: itemsize // 4][: min(fit, look)]
-                breaks = np.flatnonzero(ahead != kind)
-                if len(breaks) or len(ahead) == fit:
-                    run = int(breaks[0]) if len(breaks) else fit
-                    break
-                look *= 4
-        kind_runs = runs[kind]
-        if streak and kind_runs:  # right after this kind's previous record
-            kind_runs[-1][1] += run
-        else:
-            kind_runs.append([offset, run])
-        offset += run * itemsize
-    tables = {}
-    for kind, kind_runs in runs.items():
-        if kind_runs:
-            name, dtype = layouts[kind]
-            pieces = [raw[first : first + count * dtype.itemsize] for first, count in kind_runs]
-            tables[name] = np.concatenate(pieces).view(dtype)  # a copy: the buffer goes back to CUPTI
-    return tables
+        pattern = [kind]
+        if len(seen) >= 3 and seen[-3:] == [seen[-1], kind, seen[-1]] and seen[-1] != kind:
+            pattern = [kind, seen[-1]]  # two kinds in turn: ..., k, j, k, j and now k
+        elif not (len(seen) >= 4 and seen[-4:] == [kind] * 4):
+            pattern = []
+        count = _repeats(words, offset, [(k, sizes[k]) for k in pattern], total) if pattern else 0
+        if count == 0:
+            pattern, count = [kind], 1
+        stride = sum(sizes[k] for k in pattern)
+        shift = 0
+        for k in pattern:
+            _add(pieces[k], offset + shift, count, stride, sizes[k])
+            shift += sizes[k]
+        seen += pattern[-2:] * min(count, 2)
+        del seen[:-4]
+        offset += count * stride
+    rows: dict[str, list[np.ndarray]] = {}  # kinds of one layout (runtime and driver calls) share a table
+    for kind, kind_pieces in pieces.items():
+        name, dtype = layouts[kind]
+        rows.setdefault(name, []).extend(
+            np.lib.stride_tricks.as_strided(raw[first:], shape=(count, dtype.itemsize), strides=(stride, 1))
+            for first, count, stride in kind_pieces
+        )
+    dtypes = dict(layouts.values())
+    # a copy: the buffer goes back to CUPTI
+    return {name: np.concatenate(found).reshape(-1).view(dtypes[name]) for name, found in rows.items() if found}
+
+
+def _repeats(words: np.ndarray, offset: int, pattern: list[tuple[int, int]], total: int) -> int:
+    """How many times the records of ``pattern`` ((kind, size) in order) follow one another
+    from ``offset``: numpy reads each kind a stride apart, looking further each time."""
+    stride = sum(size for _, size in pattern)
+    if stride % 4 or any(size % 4 for _, size in pattern):
+        return 0
+    fit, look = (total - offset) // stride, 64
+    while True:
+        n = min(fit, look)
+        same = np.ones(n, dtype=bool)
+        shift = 0
+        for kind, size in pattern:
+            same &= words[(offset + shift) // 4 :: stride // 4][:n] == kind
+            shift += size
+        breaks = np.flatnonzero(~same)
+        if len(breaks) or n == fit:
+            return int(breaks[0]) if len(breaks) else fit
+        look *= 4
+
+
+def _add(pieces: list[tuple[int, int, int]], first: int, count: int, stride: int, itemsize: int) -> None:
+    """File ``count`` records of one kind; contiguous ones join the piece they follow."""
+    if pieces and stride == itemsize:
+        last_first, last_count, last_stride = pieces[-1]
+        if last_stride == itemsize and last_first + last_count * itemsize == first:
+            pieces[-1] = (last_first, last_count + count, itemsize)
+            return
+    pieces.append((first, count, stride))
 
 
 def calls_of(api: np.ndarray, offset_ns: int = 0) -> np.ndarray:

@@ -60,13 +60,17 @@ memcpy = st.tuples(
     st.just(1), st.sampled_from([1, 2, 9]), st.integers(0, 3), st.integers(0, 3), u64, u64, u64, u32, u32
 )
 memset = st.tuples(st.just(2), u64, u64, u64, u32, u32)
-api = st.tuples(st.just(5), u32, u64, u64, u32, u32, u32)
+api = st.tuples(st.sampled_from([4, 5]), u32, u64, u64, u32, u32, u32)
 record = st.one_of(kernel, memcpy, memset, api)
-# kinds mixed record by record, and in runs long enough for the walk to look ahead
+# kinds mixed record by record, in runs long enough for the walk to look ahead, and two
+# kinds in turn (a call's record, then its kernel's)
 records = st.one_of(
     st.lists(record, min_size=1, max_size=40),
     st.lists(st.tuples(record, st.integers(1, 300)), min_size=1, max_size=5).map(
         lambda runs: [r for r, count in runs for _ in range(count)]
+    ),
+    st.lists(st.tuples(record, record, st.integers(1, 200), record), min_size=1, max_size=4).map(
+        lambda turns: [r for a, b, count, odd in turns for r in [a, b] * count + [odd]]
     ),
 )
 
@@ -94,7 +98,7 @@ def expected(f: tuple[int, ...]) -> DeviceInterval:
 
 def device_work(fields: list[tuple[int, ...]]) -> list[DeviceInterval]:
     """What the capture keeps: device work, not the API records around it."""
-    return [expected(f) for f in fields if f[0] != 5]
+    return [expected(f) for f in fields if f[0] not in (4, 5)]
 
 
 @given(records)
@@ -103,6 +107,8 @@ def test_unpacked_records_match_field_by_field_reading(fields: list[tuple[int, .
     assert tables is not None
     got = records_of(tables, NAMES, COPY_NAMES, PAGEABLE)
     assert sorted(got, key=repr) == sorted(device_work(fields), key=repr)
+    # runtime and driver calls share one table
+    assert len(tables.get("api", ())) == sum(f[0] in (4, 5) for f in fields)
 
 
 @given(records, st.data())
@@ -307,3 +313,17 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
     library.fill([(10, 10_000, 10_500, 1, 0x1000, 20)])
     (later,), _ = capture.drain()
     assert (later.thread, later.issued) == (4242, 2_900)
+
+
+def test_two_kinds_in_turn_are_read_a_pattern_at_a_time(monkeypatch):
+    from pytest_gpuprof import cupti_capture
+
+    calls = []
+    repeats = cupti_capture._repeats
+    monkeypatch.setattr(cupti_capture, "_repeats", lambda *a: calls.append(a) or repeats(*a))
+    fields = [(4, 307, 1, 2, 1, 7, i) for i in range(1000)]
+    fields = [r for i, call in enumerate(fields) for r in (call, (10, i, i + 1, 1, 0x1000, i))]
+    tables = unpack(as_array(pack(fields)), LAYOUTS)
+    assert tables is not None and len(tables["api"]) == len(tables["kernel"]) == 1000
+    assert tables["kernel"]["correlation_id"].tolist() == list(range(1000))
+    assert len(calls) < 10  # not a step per record
