@@ -13,12 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.budget import pct
 from pytest_gpuprof.compare import CompareError, compare_tests, parse_thresholds
-from pytest_gpuprof.report import write_json
+from pytest_gpuprof.files import write_json
 from pytest_gpuprof.storage import BaselineError, load
-
-DEFAULT_FAIL = "utilization:-2pt,wall_ms:+10%"
+from pytest_gpuprof.text import DEFAULT_THRESHOLDS, pct
 
 
 def show(report: dict[str, Any]) -> list[str]:
@@ -85,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_compare.add_argument("base", type=Path)
     p_compare.add_argument("new", type=Path)
     p_compare.add_argument(
-        "--fail", default=DEFAULT_FAIL, metavar="EXPR[,EXPR...]", help=f"default {DEFAULT_FAIL.replace('%', '%%')}"
+        "--fail",
+        default=DEFAULT_THRESHOLDS,
+        metavar="EXPR[,EXPR...]",
+        help=f"default {DEFAULT_THRESHOLDS.replace('%', '%%')}",
     )
     p_merge = commands.add_parser("merge", help="merge reports of one machine")
     p_merge.add_argument("reports", type=Path, nargs="+")

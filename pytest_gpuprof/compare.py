@@ -25,10 +25,10 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof.metrics import NVML_SCALARS, SCALARS, STEP_SCALARS
+from pytest_gpuprof.text import FRACTIONS
 
 ALPHA = 0.05
 EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
-FRACTIONS = ("utilization", "busy_utilization", "reported_utilization", "discrepancy", "nvml.util_mean")
 
 _EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
 

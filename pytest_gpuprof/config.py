@@ -1,4 +1,5 @@
-"""Settings: the command line, ``[tool.gpuprof]`` and the budget file, validated once.
+"""Settings: the command line, ``[tool.gpuprof]`` and the budget file, validated once
+(``Settings.from_pytest_config``).
 
 Everything here is read at start-up; an error is a ``ConfigError`` naming the key and
 where it came from, which the plugin turns into a pytest usage error (exit code 4).
@@ -17,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_gpuprof.compare import Threshold
 
-Backend = Literal["auto", "cuda", "host"]
-BACKENDS: tuple[Backend, ...] = ("auto", "cuda", "host")
+BackendChoice = Literal["auto", "cuda", "host"]
+BACKENDS: tuple[BackendChoice, ...] = ("auto", "cuda", "host")
 HostClock = Literal["real", "virtual"]
 HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
 # choices, by key of [tool.gpuprof]
@@ -33,7 +36,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    backend: Backend = "auto"
+    backend: BackendChoice = "auto"
     # the host backend's time: real, or virtual for tests that must not depend on load
     host_clock: HostClock = "real"
     device: int = 0
@@ -57,6 +60,82 @@ class Settings:
     storage: Path = Path(".gpuprof")
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
     configured: bool = False
+
+    @classmethod
+    def from_pytest_config(cls, config: pytest.Config, defaults: Mapping[str, Any]) -> Settings:
+        """Every setting, validated before any test runs: a mistake is a usage error naming
+        the option or key, the value and what would be valid."""
+        opt = config.getoption
+        pyproject = _pyproject(config)
+        file_settings, file_budget = read_pyproject(pyproject)
+        budget = file_budget
+        if opt("--gpu-budget-file") is not None:
+            budget = read_budget_file(Path(opt("--gpu-budget-file"))).merged_over(file_budget)
+        for option, key in (("--gpu-rounds", "rounds"), ("--gpu-warmup", "warmup"), ("--gpu-device", "device")):
+            if opt(option) is not None:
+                check_number(key, opt(option), option)
+        if opt("--gpu-nvml-interval") is not None:
+            check_number("nvml_interval", opt("--gpu-nvml-interval"), "--gpu-nvml-interval")
+
+        def pick(option: str, key: str, default: Any) -> Any:
+            value = opt(option)
+            return value if value is not None else file_settings.get(key, default)
+
+        def output(option: str, *, folder: bool = False) -> Path | None:
+            value = opt(option)
+            if value is None:
+                return None
+            check_output(option, Path(value), folder=folder)
+            return Path(value)
+
+        thresholds: tuple[Any, ...] = ()
+        if opt("--gpu-compare-fail"):
+            from pytest_gpuprof.compare import CompareError, parse_thresholds
+
+            try:
+                thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
+            except CompareError as e:
+                raise ConfigError(f"--gpu-compare-fail: {e}") from None
+        save = opt("--gpu-save")
+        if save is not None:
+            from pytest_gpuprof.storage import BaselineError, check_name
+
+            try:
+                check_name(save)
+            except BaselineError as e:
+                raise ConfigError(str(e)) from None
+        storage = Path(opt("--gpu-storage"))
+        if save is not None:
+            check_output("--gpu-storage", storage, folder=True)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            check_output("GITHUB_STEP_SUMMARY", Path(summary))
+        compare = opt("--gpu-compare")
+        # the host clock alone starts nothing: it says how to run once something starts
+        given = any(opt(flag) != default for flag, default in defaults.items() if flag != "--gpu-host-clock")
+        return cls(
+            backend=pick("--gpu-backend", "backend", "auto"),
+            host_clock=pick("--gpu-host-clock", "host_clock", "real"),
+            device=pick("--gpu-device", "device", 0),
+            rounds=pick("--gpu-rounds", "rounds", 5),
+            warmup=pick("--gpu-warmup", "warmup", 1),
+            enforce=opt("--gpu-budget"),
+            budget=budget,
+            report=output("--gpu-report"),
+            cupti=not opt("--gpu-no-cupti"),
+            nvml=not opt("--gpu-no-nvml"),
+            nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
+            pyproject=pyproject,
+            devices=_devices(opt("--gpu-devices")),
+            trace=output("--gpu-trace", folder=True),
+            html=output("--gpu-html"),
+            save=save,
+            compare=compare if compare is not None else ("latest" if thresholds else None),
+            compare_fail=thresholds,
+            compare_any_machine=opt("--gpu-compare-any-machine"),
+            storage=storage,
+            configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
+        )
 
 
 _FILE_KEYS: dict[str, tuple[Any, float, float]] = {
@@ -161,3 +240,23 @@ def read_budget_file(path: Path) -> Budget:
         return parse_budget(nested if nested is not None else data, str(path))
     except BudgetError as e:
         raise ConfigError(str(e)) from None
+
+
+def _devices(value: str | None) -> tuple[int, ...] | str | None:
+    if value is None or value == "all":
+        return value
+    try:
+        devices = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1") from None
+    if not devices or min(devices) < 0:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
+    return devices
+
+
+def _pyproject(config: pytest.Config) -> Path | None:
+    inipath = config.inipath
+    if inipath is not None and inipath.name == "pyproject.toml":
+        return inipath
+    candidate = config.rootpath / "pyproject.toml"
+    return candidate if candidate.is_file() else None

@@ -24,7 +24,8 @@ def push_span(span_id: int) -> list[int]:
 
 def pop_span(stack: list[int], span_id: int) -> None:
     """Close a span on the stack it was opened on."""
-    # Steps close in LIFO order per thread: a context manager cannot do otherwise.
+    # Usually the innermost (a with block closes in LIFO order); a step entered and left
+    # by hand (``__enter__``/``__exit__``) may close out of order.
     if stack and stack[-1] == span_id:
         stack.pop()
     elif span_id in stack:

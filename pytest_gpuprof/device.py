@@ -6,8 +6,7 @@ from functools import cached_property
 from typing import Any
 
 from pytest_gpuprof.backends import Backend, DeviceInfo
-
-MIB = 1 << 20
+from pytest_gpuprof.text import MIB
 
 
 class GpuDevice:

@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_gpuprof.budget import explain
 from pytest_gpuprof.lanes import aggregate, build
 from pytest_gpuprof.model import Timeline
 from pytest_gpuprof.report import GpuRecord
+from pytest_gpuprof.text import FRACTIONS, explain
 
 MAX_ITEMS = 1500
 
@@ -71,7 +71,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
 
 def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
     """The page, from each test's ``page_data``."""
-    payload = {"machine": machine, "tests": list(tests)}
+    payload = {"machine": machine, "tests": list(tests), "fractions": list(FRACTIONS)}
     # JSON inside <script> must not be able to close it or open a comment: no raw <, >, &.
     embedded = (
         json.dumps(payload, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -158,7 +158,7 @@ function select(i) {
   const t = DATA.tests[i];
   const d = document.getElementById("detail");
   d.replaceChildren(el("h2", {}, t.id));
-  const fraction = k => k === "utilization" || k === "discrepancy";
+  const fraction = k => DATA.fractions.includes(k);
   const shown = (k, v) => typeof v !== "number" ? String(v) : fraction(k) ? pct(v) : v.toFixed(2);
   for (const b of t.breaches)
     d.append(el("div", {class: "breach-line"}, `breach of ${b.key}: ${b.metric} ${shown(b.metric, b.value)}, limit ${shown(b.metric, b.limit)}`));

@@ -96,10 +96,6 @@ class Metrics:
                     out[f"nvml.{key}"] = float(value)
         return out
 
-    def get(self, path: str) -> float | None:
-        """The value of a metric path, or ``None`` where this window has no such figure."""
-        return self.flat().get(path)
-
     def idle_by_step(self) -> list[tuple[str, float]]:
         """Kernel-idle time per step, largest first, ``unattributed`` last (none where unseen)."""
         if self.unattributed_ms is None:

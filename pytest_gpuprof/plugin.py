@@ -6,25 +6,14 @@ so loading this plugin costs little on a machine that never measures anything.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
-from pytest_gpuprof.config import (
-    BACKENDS,
-    HOST_CLOCKS,
-    ConfigError,
-    Settings,
-    check_number,
-    check_output,
-    read_budget_file,
-    read_pyproject,
-)
+from pytest_gpuprof.config import BACKENDS, HOST_CLOCKS, ConfigError, Settings
 from pytest_gpuprof.session import BUDGET, PROFILER, WHOLE_CALL, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
@@ -57,160 +46,64 @@ def _allow_across_examples(item: pytest.Item) -> None:
     function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
 
-# this plugin's command-line options, kept to tell whether a run set any of them
-_options: list[Any] = []
+# each option's default, by flag: a run that sets none of them (and has no [tool.gpuprof]
+# table) starts nothing until a test asks (read through config.getoption)
+DEFAULTS: dict[str, Any] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    global _options
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
-    _options = group.options
-    group.addoption("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
-    group.addoption(
+
+    def add(flag: str, **kwargs: Any) -> None:
+        group.addoption(flag, **kwargs)
+        DEFAULTS[flag] = kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
+
+    add("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
+    add(
         "--gpu-budget-file",
         default=None,
         metavar="FILE",
         help="a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
     )
-    group.addoption("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
-    group.addoption(
+    add("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
+    add(
         "--gpu-host-clock",
         choices=HOST_CLOCKS,
         default=None,
         help="host backend: real time (default), or virtual time in which kernels and copies take exactly "
         "what they ask and host code takes none (deterministic tests)",
     )
-    group.addoption("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
-    group.addoption(
+    add("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
+    add(
         "--gpu-devices",
         default=None,
         metavar="all|N,M,...",
         help="under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
     )
-    group.addoption("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
-    group.addoption("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
-    group.addoption("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
-    group.addoption("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
-    group.addoption("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
-    group.addoption("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
-    group.addoption(
+    add("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
+    add("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
+    add("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
+    add("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
+    add("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
+    add("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
+    add(
         "--gpu-compare",
         default=None,
         metavar="latest|NAME|PATH",
         help="compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
     )
-    group.addoption(
+    add(
         "--gpu-compare-fail",
         action="append",
         default=None,
         metavar="EXPR[,EXPR...]",
         help="fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%%",
     )
-    group.addoption(
-        "--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id"
-    )
-    group.addoption("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
-    group.addoption("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
-    group.addoption("--gpu-no-nvml", action="store_true", help="do not sample NVML")
-    group.addoption(
-        "--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)"
-    )
-
-
-def _settings(config: pytest.Config) -> Settings:
-    """Every setting, validated before any test runs: a mistake is a usage error naming
-    the option or key, the value and what would be valid."""
-    opt = config.getoption
-    pyproject = _pyproject(config)
-    file_settings, file_budget = read_pyproject(pyproject)
-    budget = file_budget
-    if opt("--gpu-budget-file") is not None:
-        budget = read_budget_file(Path(opt("--gpu-budget-file"))).merged_over(file_budget)
-    for option, key in (("--gpu-rounds", "rounds"), ("--gpu-warmup", "warmup"), ("--gpu-device", "device")):
-        if opt(option) is not None:
-            check_number(key, opt(option), option)
-    if opt("--gpu-nvml-interval") is not None:
-        check_number("nvml_interval", opt("--gpu-nvml-interval"), "--gpu-nvml-interval")
-
-    def pick(option: str, key: str, default: Any) -> Any:
-        value = opt(option)
-        return value if value is not None else file_settings.get(key, default)
-
-    def output(option: str, *, folder: bool = False) -> Path | None:
-        value = opt(option)
-        if value is None:
-            return None
-        check_output(option, Path(value), folder=folder)
-        return Path(value)
-
-    thresholds: tuple[Any, ...] = ()
-    if opt("--gpu-compare-fail"):
-        from pytest_gpuprof.compare import CompareError, parse_thresholds
-
-        try:
-            thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
-        except CompareError as e:
-            raise ConfigError(f"--gpu-compare-fail: {e}") from None
-    save = opt("--gpu-save")
-    if save is not None:
-        from pytest_gpuprof.storage import BaselineError, check_name
-
-        try:
-            check_name(save)
-        except BaselineError as e:
-            raise ConfigError(str(e)) from None
-    storage = Path(opt("--gpu-storage"))
-    if save is not None:
-        check_output("--gpu-storage", storage, folder=True)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        check_output("GITHUB_STEP_SUMMARY", Path(summary))
-    compare = opt("--gpu-compare")
-    # the host clock alone starts nothing: it says how to run once something starts
-    given = any(opt(o.dest) != getattr(o, "default", False) for o in _options if o.dest != "gpu_host_clock")
-    return Settings(
-        backend=pick("--gpu-backend", "backend", "auto"),
-        host_clock=pick("--gpu-host-clock", "host_clock", "real"),
-        device=pick("--gpu-device", "device", 0),
-        rounds=pick("--gpu-rounds", "rounds", 5),
-        warmup=pick("--gpu-warmup", "warmup", 1),
-        enforce=opt("--gpu-budget"),
-        budget=budget,
-        report=output("--gpu-report"),
-        cupti=not opt("--gpu-no-cupti"),
-        nvml=not opt("--gpu-no-nvml"),
-        nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
-        pyproject=pyproject,
-        devices=_devices(opt("--gpu-devices")),
-        trace=output("--gpu-trace", folder=True),
-        html=output("--gpu-html"),
-        save=save,
-        compare=compare if compare is not None else ("latest" if thresholds else None),
-        compare_fail=thresholds,
-        compare_any_machine=opt("--gpu-compare-any-machine"),
-        storage=storage,
-        configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
-    )
-
-
-def _devices(value: str | None) -> tuple[int, ...] | str | None:
-    if value is None or value == "all":
-        return value
-    try:
-        devices = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1") from None
-    if not devices or min(devices) < 0:
-        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
-    return devices
-
-
-def _pyproject(config: pytest.Config) -> Path | None:
-    inipath = config.inipath
-    if inipath is not None and inipath.name == "pyproject.toml":
-        return inipath
-    candidate = config.rootpath / "pyproject.toml"
-    return candidate if candidate.is_file() else None
+    add("--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id")
+    add("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
+    add("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
+    add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
+    add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -222,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")
     try:
-        settings = _settings(config)
+        settings = Settings.from_pytest_config(config, DEFAULTS)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
     if config.getoption("hypothesis_profile", None) == "gpuprof":

@@ -18,14 +18,14 @@ from typing import Any, Protocol
 
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.budget import Breach, Budget, evaluate, failure_message, parse_budget
+from pytest_gpuprof.budget import Breach, Budget, evaluate, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+from pytest_gpuprof.text import GIB, failure_message
 
 _span_ids = itertools.count(1)
 CONFIRMATIONS = 2
-GIB = 1 << 30
 
 
 def in_hypothesis_example() -> bool:
@@ -172,11 +172,11 @@ class Profiler:
         example = in_hypothesis_example()
         if example:
             self._watch_example_memory()
-        metrics = self.repeat(lambda _: fn(), rounds=rounds, warmup=warmup, label="measure")
+        metrics = self.repeat(fn, rounds=rounds, warmup=warmup, label="measure")
         if example:
             self._remeasure = (
                 _example_id(),
-                lambda: self.repeat(lambda _: fn(), rounds=rounds, warmup=0, label="measure"),
+                lambda: self.repeat(fn, rounds=rounds, warmup=0, label="measure"),
             )
             if self.enforce:
                 first = len(self.windows) - 1
@@ -250,15 +250,15 @@ class Profiler:
 
         cleanup(check)
 
-    def repeat(self, body: Callable[[int], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
-        for i in range(warmup):
+    def repeat(self, body: Callable[[], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
+        for _ in range(warmup):
             with self._unmeasured():
-                body(-1 - i)
+                body()
                 self.backend.synchronize()
         results = []
-        for i in range(rounds):
+        for _ in range(rounds):
             with self.window(label) as done:
-                body(i)
+                body()
             results.append(done[0])
         merged = metrics_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
         return self.record(Window(label, merged, results[-1].timeline))

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
-import os
 import platform
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.budget import Breach, Budget, describe_breach, explain, pct
+from pytest_gpuprof.budget import Breach, Budget
 from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
+from pytest_gpuprof.text import describe_breach, explain, ms, pct
 
 SCHEMA = 1
 
@@ -99,30 +96,6 @@ def build_report(tests: list[dict[str, Any]], machine: dict[str, Any]) -> dict[s
     }
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file private; a report is an ordinary file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
-
-
 HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
 
 
@@ -141,11 +114,6 @@ def row(record: GpuRecord) -> list[str]:
         f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
         record.verdict,
     ]
-
-
-def ms(x: float | None) -> str:
-    """Milliseconds with one decimal; None (not measured) -> '-'."""
-    return "-" if x is None else f"{x:.1f}"
 
 
 def table(rows: list[list[str]]) -> list[str]:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.budget import Budget, failure_message, not_measured
+from pytest_gpuprof.budget import Budget, not_measured
 from pytest_gpuprof.config import Settings
+from pytest_gpuprof.text import DEFAULT_THRESHOLDS, failure_message
 
 if TYPE_CHECKING:
     from pytest_gpuprof import backends
@@ -42,10 +43,6 @@ class GpuBudgetWarning(UserWarning):
 
 class GpuMemoryLeak(AssertionError):
     """Device memory a test (or one of its hypothesis examples) took and did not give back."""
-
-
-# Without --gpu-compare-fail a comparison still reports these changes, failing nothing.
-REPORT_ONLY = "utilization:-2pt,wall_ms:+10%"
 
 
 class GpuSession:
@@ -291,7 +288,7 @@ class GpuSession:
         base = next((t for t in self.baseline["tests"] if t.get("nodeid") == nodeid), None)
         if base is None:
             return None  # a new test: nothing to compare with
-        thresholds = self.settings.compare_fail or parse_thresholds(REPORT_ONLY)
+        thresholds = self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS)
         changes = compare_tests(thresholds, base, record.to_dict())
         self.changes[nodeid] = changes
         regressed = [c for c in changes if c.verdict == "regression"]
@@ -478,7 +475,8 @@ class GpuSession:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if self.is_worker or (s.report is None and s.save is None and s.html is None and not summary):
             return True
-        from pytest_gpuprof.report import build_report, markdown_summary, write_atomic, write_json
+        from pytest_gpuprof.files import write_atomic, write_json
+        from pytest_gpuprof.report import build_report, markdown_summary
 
         tests, machine = self.merged()
         report = build_report(tests, machine)

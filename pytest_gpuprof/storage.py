@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuprof.files import written
 from pytest_gpuprof.report import SCHEMA
 
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
@@ -35,14 +35,7 @@ def check_name(name: str) -> None:
 def save(report: dict[str, Any], storage: Path, name: str) -> Path:
     check_name(name)
     folder = Path(storage) / report["machine"]["id"]
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".save.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+    with written(folder, json.dumps(report, indent=1) + "\n") as tmp:
         for _ in range(1000):
             target = folder / f"{_next_number(folder):04d}_{name}.json"
             try:
@@ -50,9 +43,7 @@ def save(report: dict[str, Any], storage: Path, name: str) -> Path:
             except FileExistsError:
                 continue  # another process took this number between our look and our link
             return target
-        raise BaselineError(f"{folder}: could not find a free baseline number")
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    raise BaselineError(f"{folder}: could not find a free baseline number")
 
 
 def _next_number(folder: Path) -> int:

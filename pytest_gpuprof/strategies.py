@@ -91,8 +91,4 @@ def partition_counts(max_partitions: int = 16) -> Any:
     return st.one_of(st.sampled_from([1, 2, 3, max_partitions]), st.integers(1, max_partitions))
 
 
-def worker_counts(max_workers: int = 4) -> Any:
-    return st.integers(1, max_workers)
-
-
 register_profile()

@@ -20,11 +20,10 @@ from pytest_gpuprof.clock import Clock, Lock
 from pytest_gpuprof.device import GpuDevice
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.text import GIB, MIB
 
 Strategy = Literal["single-lock", "two-lock"]
 STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")
-GIB = 1 << 30
-MIB = 1 << 20
 
 # Kernel time per partition as a multiple of its measured pinned upload time. On a GPU,
 # the seed's proportions: ~86 ms of kernels per 4 GiB partition, whose upload takes ~78 ms
@@ -145,12 +144,12 @@ class GpuWorkload:
         clock = self.backend.clock
         locks = (clock.lock(), clock.lock())
 
-        def run(_round: int) -> None:
+        def run() -> None:
             _run_workers(clock, n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
 
         if self.profiler.measuring:
             with self.profiler.window("partitions") as done:
-                run(0)
+                run()
             return done[0].metrics
         return self.profiler.repeat(
             run,

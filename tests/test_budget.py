@@ -5,9 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof import metrics
-from pytest_gpuprof.budget import Budget, BudgetError, StepBudget, evaluate, failure_message, parse_budget
+from pytest_gpuprof.budget import Budget, BudgetError, StepBudget, evaluate, parse_budget
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 from pytest_gpuprof.stats import Summary
+from pytest_gpuprof.text import failure_message
 
 MS = 1_000_000
 

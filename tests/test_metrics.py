@@ -252,7 +252,7 @@ def test_aggregate_takes_per_metric_medians_and_keeps_the_samples():
     assert m.rounds["utilization"].min == 0.25 and m.rounds["utilization"].max == 0.8
     assert m.rounds["wall_ms"].iqr == pytest.approx(5.0)
     assert m.steps["compute"].host_ms == 10
-    assert m.get("steps.compute.idle_ms") == pytest.approx(5.0)
+    assert m.flat()["steps.compute.idle_ms"] == pytest.approx(5.0)
 
 
 def test_copies_without_a_tag_belong_to_the_step_open_on_their_stream():

@@ -24,8 +24,6 @@ from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.model import DeviceInterval, Truth
 
-MIB = 1 << 20
-
 
 def unavailable(device: int) -> str | None:
     """Why CUDA device ``device`` cannot be used here, or ``None`` when it can."""
@@ -184,8 +182,9 @@ class CudaBackend:
         return int(self._pool.used_bytes())
 
     def _source(self, nbytes: int, pinned: bool) -> Any:
-        # The user's data already sits in host memory before an upload: keep one source
-        # per size and kind, so that the copy, not the filling, is what gets timed.
+        # The user's data already sits in host memory before an upload: keep the source
+        # of the latest size for each kind (pinned, pageable), so that the copy, not the
+        # filling, is what gets timed.
         key = (nbytes, pinned)
         with self._lock:
             src = self._sources.get(key)

@@ -216,8 +216,9 @@ class HostBackend:
         return self._pool.in_use
 
     def _source(self, nbytes: int) -> np.ndarray:
-        # The user's data already sits in host memory before an upload: keep one filled
-        # source per size so that the copy, not the filling, is what gets timed.
+        # The user's data already sits in host memory before an upload: keep the filled
+        # source of the latest size (one, not one per size: sizes may be many and large)
+        # so that the copy, not the filling, is what gets timed.
         src = self._sources.get(nbytes)
         if src is None:
             src = np.full(nbytes, 7, dtype=np.uint8)

@@ -1,0 +1,111 @@
+"""How figures read: units, which metrics are fractions, and the budget message.
+
+The one place for the sizes (GiB, MiB), the metrics shown as percentages, the default
+comparison thresholds and the text of a breach (docs/design.md, "Budget failure message").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_gpuprof.model import UNATTRIBUTED
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.budget import Breach
+    from pytest_gpuprof.metrics import Metrics
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# metrics that are fractions of the wall time: shown as percentages, compared in points
+FRACTIONS = ("utilization", "busy_utilization", "reported_utilization", "discrepancy", "nvml.util_mean")
+# what a comparison with a baseline reports when no --gpu-compare-fail is given
+DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
+
+
+def is_fraction(metric: str) -> bool:
+    return metric in FRACTIONS
+
+
+def ms(x: float | None) -> str:
+    """Milliseconds with one decimal; None (not measured) -> '-'."""
+    return "-" if x is None else f"{x:.1f}"
+
+
+def human_bytes(n: float) -> str:
+    """Binary units, as GPU memory is counted: 4.00 GiB, 64.0 MiB, 512 B."""
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def pct(x: float | None) -> str:
+    """A fraction as a percentage with one decimal: 0.483 -> '48.3%'; None -> '-'."""
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def describe_breach(b: Breach) -> str:
+    if b.kind == "forbid":
+        return f'{b.metric.removesuffix(".pageable")} used pageable host memory (pageable = "forbid")'
+    fraction = is_fraction(b.metric)
+    shown = pct(b.value) if fraction else f"{b.value:.1f}"
+    limit = pct(float(b.limit)) if fraction else f"{float(b.limit):.1f}"
+    unit = "" if fraction else (" GB/s" if b.metric.endswith("gbps") else " ms")
+    sign = "<" if b.kind == "min" else ">"
+    return f"{b.metric} {shown}{unit} {sign} {limit}{unit} ({b.key})"
+
+
+def explain(metrics: Metrics) -> list[str]:
+    """Where the time went: the decomposition lines of a budget message."""
+    rounds = f"  (medians of {_rounds(metrics)} rounds)" if _rounds(metrics) > 1 else ""
+    if metrics.kernel_ms is None or metrics.overhead_ms is None or metrics.utilization is None:
+        return [
+            f"wall {metrics.wall_ms:.1f} ms; kernel time not measured{rounds}",
+            *(f"note: {n}" for n in metrics.notes),
+        ]
+    lines = [
+        f"wall {metrics.wall_ms:.1f} ms = kernels {metrics.kernel_ms:.1f} ms + kernel-idle {metrics.overhead_ms:.1f} ms"
+        + rounds
+    ]
+    parts = []
+    for name, idle_ms in metrics.idle_by_step():
+        if name == UNATTRIBUTED:
+            parts.append(f"{UNATTRIBUTED} {idle_ms:.1f} ms")
+            continue
+        step = metrics.steps[name]
+        detail = ""
+        if step.bytes and step.gbps is not None:
+            size = (
+                human_bytes(step.bytes)
+                if step.count <= 1
+                else f"{step.count} x {human_bytes(step.bytes // step.count)}"
+            )
+            detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
+        parts.append(f"{name} {idle_ms:.1f} ms{detail}")
+    lines.append("kernel-idle by step: " + ", ".join(parts))
+    observers = []
+    if metrics.reported_utilization is not None:
+        observers.append(f"brackets report {pct(metrics.reported_utilization)}")
+    if metrics.nvml is not None and metrics.nvml.util_mean is not None:
+        observers.append(f"NVML {pct(metrics.nvml.util_mean)}")
+    if observers:
+        claimed = max(
+            v for v in (metrics.reported_utilization, metrics.nvml.util_mean if metrics.nvml else None) if v is not None
+        )
+        points = 100 * (claimed - metrics.utilization)
+        verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
+        lines.append(" and ".join(observers) + f": {verdict}")
+    # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
+    lines += [f"note: {note}" for note in metrics.notes]
+    return lines
+
+
+def _rounds(metrics: Metrics) -> int:
+    summary = metrics.rounds.get("wall_ms")
+    return len(summary.samples) if summary else 1
+
+
+def failure_message(breaches: list[Breach], metrics: Metrics) -> str:
+    head = "GPU budget exceeded: " + "; ".join(describe_breach(b) for b in breaches)
+    return "\n  ".join([f"{head}  [truth: {metrics.truth}]", *explain(metrics)])
