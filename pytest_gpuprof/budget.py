@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_gpuprof import validate as check
+from pytest_gpuprof.validate import Number
+
 if TYPE_CHECKING:
     from pytest_gpuprof.metrics import Metrics
 
 
-class BudgetError(ValueError):
+class BudgetError(check.Invalid):
     """A budget table with an unknown key, a wrong type or an out-of-range value."""
 
 
@@ -63,17 +66,13 @@ class Budget:
         return out
 
 
-# key: (lower bound, upper bound); fractions live in [0, 1].
-_TOP_KEYS: dict[str, tuple[float, float]] = {
-    "min_utilization": (0.0, 1.0),
-    "max_overhead_ms": (0.0, float("inf")),
-    "max_discrepancy": (0.0, 1.0),
+# the limits and their ranges; fractions live in [0, 1]
+_TOP_KEYS = {
+    "min_utilization": Number(0.0, 1.0),
+    "max_overhead_ms": Number(0.0),
+    "max_discrepancy": Number(0.0, 1.0),
 }
-_STEP_KEYS: dict[str, tuple[float, float]] = {
-    "max_ms": (0.0, float("inf")),
-    "max_idle_ms": (0.0, float("inf")),
-    "min_gbps": (0.0, float("inf")),
-}
+_STEP_KEYS = {"max_ms": Number(0.0), "max_idle_ms": Number(0.0), "min_gbps": Number(0.0)}
 _PAGEABLE = ("forbid", "allow")
 
 
@@ -81,55 +80,31 @@ def parse_budget(table: Mapping[str, Any], source: str) -> Budget:
     """A ``Budget`` from a ``[tool.gpuprof.budget]``-shaped mapping; ``source`` names its origin."""
     if not isinstance(table, Mapping):
         raise BudgetError(f"{source}: the budget must be a table, not {type(table).__name__}")
-    valid = [*_TOP_KEYS, "steps"]
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key == "steps":
             values["steps"] = _parse_steps(value, source)
         elif key in _TOP_KEYS:
-            values[key] = _number(value, key, source, _TOP_KEYS[key])
+            values[key] = float(check.number(value, key, source, _TOP_KEYS[key], BudgetError))
         else:
-            raise BudgetError(_unknown(key, source, valid))
+            raise check.unknown(key, source, [*_TOP_KEYS, "steps"], "budget key", BudgetError)
     return Budget(**values)
 
 
 def _parse_steps(table: Any, source: str) -> dict[str, StepBudget]:
-    if not isinstance(table, Mapping):
-        raise BudgetError(f"{source}: 'steps' must be a table of step names, not {type(table).__name__}")
     steps: dict[str, StepBudget] = {}
-    valid = [*_STEP_KEYS, "pageable"]
-    for name, step in table.items():
+    for name, step in check.table(table, "steps", source, BudgetError).items():
         where = f"steps.{name}"
-        if not isinstance(step, Mapping):
-            raise BudgetError(f"{source}: '{where}' must be a table, not {type(step).__name__}")
         values: dict[str, Any] = {}
-        for key, value in step.items():
+        for key, value in check.table(step, where, source, BudgetError).items():
             if key == "pageable":
-                if value not in _PAGEABLE:
-                    raise BudgetError(
-                        f"{source}: '{where}.pageable' must be one of {', '.join(map(repr, _PAGEABLE))}, not {value!r}"
-                    )
-                values[key] = value
+                values[key] = check.choice(value, f"{where}.pageable", source, _PAGEABLE, BudgetError)
             elif key in _STEP_KEYS:
-                values[key] = _number(value, f"{where}.{key}", source, _STEP_KEYS[key])
+                values[key] = float(check.number(value, f"{where}.{key}", source, _STEP_KEYS[key], BudgetError))
             else:
-                raise BudgetError(_unknown(f"{where}.{key}", source, valid))
+                raise check.unknown(f"{where}.{key}", source, [*_STEP_KEYS, "pageable"], "budget key", BudgetError)
         steps[str(name)] = StepBudget(**values)
     return steps
-
-
-def _number(value: Any, key: str, source: str, bounds: tuple[float, float]) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BudgetError(f"{source}: '{key}' must be a number, not {type(value).__name__} {value!r}")
-    lo, hi = bounds
-    if not lo <= value <= hi:
-        upper = "" if hi == float("inf") else f" and at most {hi:g}"
-        raise BudgetError(f"{source}: '{key}' = {value!r} is out of range: it must be at least {lo:g}{upper}")
-    return float(value)
-
-
-def _unknown(key: str, source: str, valid: list[str]) -> str:
-    return f"{source}: unknown budget key '{key}'; valid keys: {', '.join(valid)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_gpuprof import validate as check
 from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.validate import Number
 
 if TYPE_CHECKING:
     import pytest
@@ -30,7 +32,7 @@ HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
 _CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKENDS, "host_clock": HOST_CLOCKS}
 
 
-class ConfigError(ValueError):
+class ConfigError(check.Invalid):
     """A setting that cannot be used, with its key and source in the message."""
 
 
@@ -138,21 +140,17 @@ class Settings:
         )
 
 
-_FILE_KEYS: dict[str, tuple[Any, float, float]] = {
-    "rounds": (int, 1, 10_000),
-    "warmup": (int, 0, 10_000),
-    "device": (int, 0, 1_024),
-    "nvml_interval": ((int, float), 1, 60_000),
+_FILE_KEYS = {
+    "rounds": Number(1, 10_000, whole=True),
+    "warmup": Number(0, 10_000, whole=True),
+    "device": Number(0, 1_024, whole=True),
+    "nvml_interval": Number(1, 60_000),
 }
 
 
 def check_number(key: str, value: Any, source: str) -> None:
-    """One of the numeric settings: a finite number of the right kind, in its range."""
-    kinds, lo, hi = _FILE_KEYS[key]
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ConfigError(f"{source}: '{key}' must be a number, not {type(value).__name__} {value!r}")
-    if not lo <= value <= hi:  # NaN fails this too
-        raise ConfigError(f"{source}: '{key}' = {value!r} is out of range [{lo:g}, {hi:g}]")
+    """One of the numeric settings: a number of the right kind, in its range."""
+    check.number(value, key, source, _FILE_KEYS[key], ConfigError)
 
 
 def check_output(option: str, path: Path, *, folder: bool = False) -> None:
@@ -206,20 +204,16 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
         return {}, Budget()
     table = load_toml(path).get("tool", {}).get("gpuprof", {})
     source = f"{path} [tool.gpuprof]"
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: must be a table")
-    valid = [*_CHOICES, *_FILE_KEYS, "budget"]
     settings: dict[str, Any] = {}
-    for key, value in table.items():
+    for key, value in check.table(table, "tool.gpuprof", source, ConfigError).items():
         if key == "budget":
             continue
         if key in _CHOICES:
-            if value not in _CHOICES[key]:
-                raise ConfigError(f"{source}: '{key}' must be one of {', '.join(_CHOICES[key])}, not {value!r}")
+            check.choice(value, key, source, _CHOICES[key], ConfigError)
         elif key in _FILE_KEYS:
             check_number(key, value, source)
         else:
-            raise ConfigError(f"{source}: unknown key '{key}'; valid keys: {', '.join(valid)}")
+            raise check.unknown(key, source, [*_CHOICES, *_FILE_KEYS, "budget"], "key", ConfigError)
         settings[key] = value
     try:
         budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")

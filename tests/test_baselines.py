@@ -105,7 +105,10 @@ def test_another_machines_baseline_is_refused_unless_asked(suite):
         (["--gpu-report=."], "--gpu-report=.: is a folder; give a file path"),
         (["--gpu-html=nowhere/r.html"], "--gpu-html=nowhere/r.html: the folder nowhere does not exist"),
         (["--gpu-trace=/proc/tr"], "--gpu-trace=/proc/tr: the folder /proc is not writable"),
-        (["--gpu-rounds=100000000"], "--gpu-rounds: 'rounds' = 100000000 is out of range [[]1, 10000]"),
+        (
+            ["--gpu-rounds=100000000"],
+            "--gpu-rounds: 'rounds' = 100000000 is out of range: it must be at least 1 and at most 10000",
+        ),
         (["--gpu-nvml-interval=nan"], "--gpu-nvml-interval: 'nvml_interval' = nan is out of range"),
         (["--gpu-compare=nightly"], "--gpu-compare: no baseline named 'nightly' for machine host-"),
     ],
