@@ -6,7 +6,7 @@ is a pure function of a ``Budget`` and a ``Metrics``. How a breach reads is ``te
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -154,7 +154,33 @@ def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
     neither kept nor breached, and said so."""
     if metrics.unseen is None:
         return []
-    keys = ["min_utilization", "max_overhead_ms"] if budget.min_utilization is not None else ["max_overhead_ms"]
-    keys = [k for k in keys if getattr(budget, k) is not None]
+    keys = [k for k in ("min_utilization", "max_overhead_ms") if getattr(budget, k) is not None]
     keys += [f"steps.{name}.max_idle_ms" for name, limits in budget.steps.items() if limits.max_idle_ms is not None]
     return [f"{key} not measured: {metrics.unseen}" for key in keys]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a budget says of a test's windows: each window's breaches, the first window
+    whose breaches count (not already judged inside its hypothesis example), and the
+    limits that could not be judged, with the reason."""
+
+    breaches: tuple[tuple[Breach, ...], ...]
+    first: int | None
+    unjudged: tuple[str, ...]
+
+    @property
+    def breached(self) -> bool:
+        return self.first is not None
+
+
+def judge(budget: Budget, windows: Sequence[Metrics], settled: Sequence[bool] = ()) -> Verdict:
+    """The one judgement of a budget: used on a test's windows by the session, and on one
+    window by ``gpuprof.check()`` and by the re-measuring that confirms a breach."""
+    if budget.empty:
+        return Verdict(tuple(() for _ in windows), None, ())
+    breaches = tuple(tuple(evaluate(budget, m)) for m in windows)
+    done = list(settled) + [False] * (len(windows) - len(settled))
+    first = next((i for i, (b, s) in enumerate(zip(breaches, done, strict=True)) if b and not s), None)
+    unjudged = tuple(line for m in windows[-1:] for line in not_measured(budget, m))
+    return Verdict(breaches, first, unjudged)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.compare import CompareError, compare_tests, parse_thresholds
+from pytest_gpuprof.compare import CompareError, change_lines, compare_tests, parse_thresholds
 from pytest_gpuprof.files import write_json
 from pytest_gpuprof.storage import BaselineError, load
 from pytest_gpuprof.text import DEFAULT_THRESHOLDS, pct
@@ -50,10 +50,8 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
             lines.append(f"{test['nodeid']}: new")
             continue
         changes = compare_tests(thresholds, old, test)
-        verdicts: list[str] = sorted({c.verdict for c in changes if c.verdict != "unchanged"}) or ["unchanged"]
-        lines.append(f"{test['nodeid']}: {', '.join(verdicts)}")
-        lines.extend(f"    {c.describe()}" for c in changes if c.verdict != "unchanged")
-        regressed |= any(c.verdict == "regression" for c in changes)
+        lines += change_lines(test["nodeid"], changes)
+        regressed |= any(c.finding == "regression" for c in changes)
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
     lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed

@@ -1,15 +1,15 @@
-"""Regression gates: compare-fail expressions and the verdict of one metric's change.
+"""Regression gates: compare-fail expressions and what one metric's change was.
 
 A change counts as a regression only when it is beyond the threshold and statistically
 clear over the rounds: a one-sided Mann-Whitney U test of the current rounds, moved back
 by the threshold, against the baseline rounds rejects "no worse than the threshold" at
 p < 0.05 (exact null distribution without ties, normal approximation with them). When
-the median moved beyond the threshold but the test does not reject, the verdict is
+the median moved beyond the threshold but the test does not reject, the finding is
 ``inconclusive``. It is a rank test: a stray round counts by the pairs it reorders (at
 most one per round of the other side), not by its size. With 5 rounds a side the smallest
-p is 1/252 and a verdict needs 21 of the 25 pairs, so one round beyond every round of the
+p is 1/252 and a finding needs 21 of the 25 pairs, so one round beyond every round of the
 other side can block it; with 3 rounds the smallest p is 1/20, which never clears 0.05,
-so fewer than 4 rounds a side never give a verdict.
+so fewer than 4 rounds a side never give a finding.
 """
 
 from __future__ import annotations
@@ -99,13 +99,13 @@ def known_metric(path: str) -> bool:
     return head == "steps" and bool(step) and key in STEP_SCALARS
 
 
-Verdict = Literal["regression", "inconclusive", "improvement", "unchanged", "missing"]
+Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing"]
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     threshold: Threshold
-    verdict: Verdict
+    finding: Finding
     baseline: float | None
     current: float | None
     p_value: float | None = None
@@ -123,7 +123,7 @@ class Change:
         return (
             f"{t.metric}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
-            f"{self.verdict}"
+            f"{self.finding}"
         )
 
 
@@ -133,8 +133,8 @@ def _formatter(metric: str) -> Callable[..., str]:
     return lambda v, signed=False: f"{v:+.3f}" if signed else f"{v:.3f}"
 
 
-def judge(threshold: Threshold, baseline: Sequence[float], current: Sequence[float]) -> Change:
-    """The verdict on one metric: regression, inconclusive, improvement or unchanged."""
+def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[float]) -> Change:
+    """What one metric did: regression, inconclusive, improvement or unchanged."""
     if not baseline or not current:
         return Change(threshold, "missing", _median(baseline), _median(current))
     base_median, cur_median = float(np.median(baseline)), float(np.median(current))
@@ -146,14 +146,14 @@ def judge(threshold: Threshold, baseline: Sequence[float], current: Sequence[flo
     worse_p = mann_whitney_greater(base, [c - delta for c in cur])
     better_p = mann_whitney_greater([c + delta for c in cur], base)
     moved = sign * (cur_median - base_median)
-    verdict: Verdict
+    finding: Finding
     if worse_p < ALPHA:
-        verdict, p = "regression", worse_p
+        finding, p = "regression", worse_p
     elif better_p < ALPHA:
-        verdict, p = "improvement", better_p
+        finding, p = "improvement", better_p
     else:
-        verdict, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
-    return Change(threshold, verdict, base_median, cur_median, p, (len(baseline), len(current)))
+        finding, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
+    return Change(threshold, finding, base_median, cur_median, p, (len(baseline), len(current)))
 
 
 def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
@@ -222,4 +222,11 @@ def _split_path(path: str) -> list[str]:
 
 
 def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any], current_test: dict) -> list[Change]:
-    return [judge(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)) for t in thresholds]
+    return [assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)) for t in thresholds]
+
+
+def change_lines(nodeid: str, changes: Sequence[Change]) -> list[str]:
+    """A test's lines of a comparison: what changed, then each notable change."""
+    notable = [c for c in changes if c.finding != "unchanged"]
+    found = ", ".join(sorted({c.finding for c in notable})) or "unchanged"
+    return [f"{nodeid}: {found}", *(f"    {c.describe()}" for c in notable)]

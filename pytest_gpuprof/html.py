@@ -26,7 +26,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         "id": record.nodeid,
         "outcome": record.outcome,
         "xfail": record.xfail,
-        "verdict": record.verdict,
+        "verdict": record.status,
         "breaches": [b.to_dict() for b in record.breaches],
         "limits": record.budget.limits(),
         "explain": explain(m),

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.budget import Breach, Budget, evaluate, parse_budget
+from pytest_gpuprof.budget import Breach, Budget, judge, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
@@ -46,7 +46,7 @@ def _example_id() -> int:
 def _example_choices() -> tuple[Any, ...] | None:
     """The choices hypothesis made for the running example, which identify it when it is
     run again. Hypothesis has no public API for them: this reads ``ConjectureData.choices``
-    (hypothesis 6.1xx), and without it verdicts are simply not remembered."""
+    (hypothesis 6.1xx), and without it judgements are simply not remembered."""
     from hypothesis.control import current_build_context
 
     choices = getattr(current_build_context().data, "choices", None)
@@ -72,7 +72,7 @@ class Sampler(Protocol):
 
 @dataclass
 class Window:
-    """One measured window and its verdict."""
+    """One measured window and the breaches of its test's budget."""
 
     label: str
     metrics: Metrics
@@ -106,7 +106,7 @@ class Profiler:
         self._watched_examples: set[int] = set()
         # the hypothesis example of the latest measure(), and how to measure it again
         self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
-        self._verdicts: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
+        self._judged: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
         self._lock = threading.Lock()
         self._steps: list[Span] = []
         self._regions: list[Span] = []
@@ -180,31 +180,31 @@ class Profiler:
             )
             if self.enforce:
                 first = len(self.windows) - 1
-                breaches, judged = self._example_verdict(self.budget, self.windows[-1].breaches)
+                breaches, judged = self._example_judgement(self.budget, self.windows[-1].breaches)
                 for window in self.windows[first:]:
                     window.settled = True
                 if breaches:
                     self._raise_confirmed(breaches, judged)
         return metrics
 
-    def _example_verdict(self, budget: Budget, breaches: list[Breach]) -> tuple[list[Breach], Metrics]:
-        """The verdict of this hypothesis example on ``budget``: its breaches (none: it
+    def _example_judgement(self, budget: Budget, breaches: list[Breach]) -> tuple[list[Breach], Metrics]:
+        """The judgement of this hypothesis example on ``budget``: its breaches (none: it
         keeps the budget) and the metrics they were judged on.
 
         A breach counts once ``CONFIRMATIONS`` more measurements repeat it. When
         hypothesis runs the same example again (to shrink, or to show the failure), it
-        gets the verdict the example already had: a window near its threshold, measured
+        gets the judgement the example already had: a window near its threshold, measured
         again, can fall either side, and hypothesis would report that as Flaky.
         """
         choices = _example_choices()
         key = (choices, repr(budget))
-        if choices is not None and key in self._verdicts:
-            return self._verdicts[key]
+        if choices is not None and key in self._judged:
+            return self._judged[key]
         confirmed = self._confirm(budget) if breaches else []
-        verdict = confirmed, self.windows[-1].metrics
+        judged = confirmed, self.windows[-1].metrics
         if choices is not None:
-            self._verdicts[key] = verdict
-        return verdict
+            self._judged[key] = judged
+        return judged
 
     def _confirm(self, budget: Budget) -> list[Breach]:
         """Inside a hypothesis example a breach counts only once re-measuring repeats it:
@@ -217,7 +217,7 @@ class Profiler:
         assert self._remeasure is not None
         breaches: list[Breach] = []
         for _ in range(CONFIRMATIONS):
-            breaches = evaluate(budget, self._remeasure[1]())
+            breaches = list(judge(budget, [self._remeasure[1]()]).breaches[0])
             if not breaches:
                 return []
         return breaches
@@ -288,7 +288,7 @@ class Profiler:
 
     def record(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
-        window.breaches = evaluate(self.budget, window.metrics) if not self.budget.empty else []
+        window.breaches = list(judge(self.budget, [window.metrics]).breaches[0])
         self.windows.append(window)
         return window.metrics
 
@@ -349,10 +349,10 @@ class Profiler:
         current = self.metrics
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
-        breaches = evaluate(budget, current)
+        breaches = list(judge(budget, [current]).breaches[0])
         if self._remeasure is not None and in_hypothesis_example() and self._remeasure[0] == _example_id():
             # after this example's measure(): judged as measure() judges its own budget
-            breaches, judged = self._example_verdict(budget, breaches)
+            breaches, judged = self._example_judgement(budget, breaches)
             if breaches:
                 self._raise_confirmed(breaches, judged)
             return current

@@ -28,7 +28,8 @@ class GpuRecord:
     device: int = 0
 
     @property
-    def verdict(self) -> str:
+    def status(self) -> str:
+        """The summary's word for the budget: '-' (none), ok, not measured, warn, FAIL or xfail."""
         if not self.breaches:
             if self.budget.empty:
                 return "-"
@@ -49,7 +50,7 @@ class GpuRecord:
             value = getattr(m, name)
             if value is not None:
                 figures.append((f"gpuprof.{name}", round(value, digits)))
-        figures.append(("gpuprof.verdict", self.verdict))
+        figures.append(("gpuprof.verdict", self.status))
         return figures
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,7 +61,7 @@ class GpuRecord:
             "rounds": {path: s.to_dict() for path, s in self.metrics.rounds.items()},
             "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},
             "windows": self.windows,
-            "verdict": self.verdict,
+            "verdict": self.status,
             "device": self.device,
         }
         if self.xfail:
@@ -112,7 +113,7 @@ def row(record: GpuRecord) -> list[str]:
         pct(m.reported_utilization),
         ms(m.overhead_ms),
         f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
-        record.verdict,
+        record.status,
     ]
 
 

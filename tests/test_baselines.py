@@ -242,3 +242,26 @@ def test_a_run_with_a_collection_error_saves_no_baseline(pytester):
     result = pytester.runpytest("--gpu-save=main", "--continue-on-collection-errors")
     result.stdout.fnmatch_lines(["gpuprof: no baseline saved: the run had 1 error(s) during collection"])
     assert not list(pytester.path.glob(".gpuprof/*/*.json"))
+
+
+def test_reports_and_baselines_share_one_file_mode(tmp_path):
+    import stat
+
+    from pytest_gpuprof import storage
+    from pytest_gpuprof.files import write_json
+
+    report = {"schema": 1, "machine": {"id": "host-0123456789"}, "tests": []}
+    write_json(tmp_path / "r.json", report)
+    saved = storage.save(report, tmp_path / "store", "main")
+    mode = stat.S_IMODE((tmp_path / "r.json").stat().st_mode)
+    assert stat.S_IMODE(saved.stat().st_mode) == mode
+    assert mode & 0o444 == 0o444 & ~_umask()  # readable as an ordinary file, as the umask allows
+    assert not list(tmp_path.rglob(".gpuprof.*.tmp"))  # no temporary file left behind
+
+
+def _umask():
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof import cli, storage
-from pytest_gpuprof.compare import CompareError, judge, mann_whitney_greater, parse_thresholds, samples_of
+from pytest_gpuprof.compare import CompareError, assess, mann_whitney_greater, parse_thresholds, samples_of
 
 
 def test_expressions_parse_into_thresholds():
@@ -42,15 +42,15 @@ def test_bad_expressions_name_themselves(text, fragment):
 
 def test_clear_regression_unchanged_improvement_and_inconclusive():
     base = [100.0, 101.0, 99.0, 100.5, 99.5]
-    assert judge(WALL, base, [130.0, 131.0, 129.0, 130.5, 129.5]).verdict == "regression"
-    assert judge(WALL, base, [101.0, 100.0, 102.0, 99.0, 100.0]).verdict == "unchanged"
-    assert judge(WALL, base, [70.0, 71.0, 69.0, 70.5, 69.5]).verdict == "improvement"
+    assert assess(WALL, base, [130.0, 131.0, 129.0, 130.5, 129.5]).finding == "regression"
+    assert assess(WALL, base, [101.0, 100.0, 102.0, 99.0, 100.0]).finding == "unchanged"
+    assert assess(WALL, base, [70.0, 71.0, 69.0, 70.5, 69.5]).finding == "improvement"
     # the median moved 15% but one round says otherwise: not clear
-    assert judge(WALL, base, [115.0, 99.0, 116.0, 100.0, 117.0]).verdict == "inconclusive"
-    # too few rounds never give a verdict
-    assert judge(WALL, [100.0], [200.0]).verdict == "inconclusive"
-    assert judge(UTIL, [0.8] * 5, [0.7] * 5).verdict == "regression"
-    assert judge(UTIL, [0.8] * 5, [0.79] * 5).verdict == "unchanged"
+    assert assess(WALL, base, [115.0, 99.0, 116.0, 100.0, 117.0]).finding == "inconclusive"
+    # too few rounds never give a finding
+    assert assess(WALL, [100.0], [200.0]).finding == "inconclusive"
+    assert assess(UTIL, [0.8] * 5, [0.7] * 5).finding == "regression"
+    assert assess(UTIL, [0.8] * 5, [0.79] * 5).finding == "unchanged"
 
 
 samples = st.lists(st.floats(50, 150), min_size=4, max_size=9)
@@ -60,9 +60,9 @@ samples = st.lists(st.floats(50, 150), min_size=4, max_size=9)
 def test_a_shift_far_beyond_the_spread_is_a_regression(base):
     spread = max(base) - min(base)
     shifted = [b + 31 + spread for b in base]  # beyond 10% of either median (at most 30 here)
-    assert judge(WALL, base, shifted).verdict == "regression"
-    assert judge(WALL, shifted, base).verdict == "improvement"
-    assert judge(WALL, base, list(base)).verdict == "unchanged"
+    assert assess(WALL, base, shifted).finding == "regression"
+    assert assess(WALL, shifted, base).finding == "improvement"
+    assert assess(WALL, base, list(base)).finding == "unchanged"
 
 
 @given(
@@ -91,20 +91,20 @@ def test_mann_whitney_with_ties_uses_the_normal_approximation():
     assert mann_whitney_greater([1, 1, 2, 2] * 5, [3, 3, 4, 4] * 5) < 1e-6
 
 
-def test_one_stray_baseline_round_costs_its_pairs_not_the_verdict():
+def test_one_stray_baseline_round_costs_its_pairs_not_the_finding():
     base = [100.0, 100.2, 99.9, 100.1, 100.0, 99.8, 100.1, 100.0, 130.0]  # one hiccup, 9 rounds
     slowed = [110.4, 110.6, 110.2, 110.5, 110.3, 110.4, 110.6, 110.2, 110.5]
     (five,) = parse_thresholds("wall_ms:+5%")
-    assert judge(five, base, slowed).verdict == "regression"  # the 130 ms round costs 9 pairs of 81
-    assert judge(WALL, base, [v - 1.0 for v in slowed]).verdict == "unchanged"  # +9.4%: within +10%
+    assert assess(five, base, slowed).finding == "regression"  # the 130 ms round costs 9 pairs of 81
+    assert assess(WALL, base, [v - 1.0 for v in slowed]).finding == "unchanged"  # +9.4%: within +10%
 
 
-def test_with_five_rounds_a_side_one_stray_round_above_all_blocks_the_verdict():
+def test_with_five_rounds_a_side_one_stray_round_above_all_blocks_the_finding():
     (five,) = parse_thresholds("wall_ms:+5%")
     slowed = [110.4, 110.6, 110.2, 110.5, 110.3]
     # 20 of the 25 pairs are ordered (p = 19/252); the exact test needs 21 (p = 12/252)
-    assert judge(five, [100.0, 100.1, 99.9, 100.0, 130.0], slowed).verdict == "inconclusive"
-    assert judge(five, [100.0, 100.1, 99.9, 100.0, 100.2], slowed).verdict == "regression"
+    assert assess(five, [100.0, 100.1, 99.9, 100.0, 130.0], slowed).finding == "inconclusive"
+    assert assess(five, [100.0, 100.1, 99.9, 100.0, 100.2], slowed).finding == "regression"
 
 
 def test_samples_come_from_rounds_else_the_single_value():

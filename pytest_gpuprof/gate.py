@@ -1,0 +1,78 @@
+"""The regression gate: the baseline a run compares with, and each test's changes.
+
+A change fails its test only when ``--gpu-compare-fail`` names the metric and the
+change is both beyond its threshold and clear over the rounds (``compare.judge``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuprof.config import Settings
+from pytest_gpuprof.text import DEFAULT_THRESHOLDS
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.compare import Change
+
+
+class Gate:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.baseline: dict[str, Any] | None = None
+        self.path: Path | None = None
+
+    def load(self, machine: dict[str, Any]) -> None:
+        """Find and read the baseline; a usage error where it cannot be used."""
+        if self.settings.compare is None:
+            return
+        from pytest_gpuprof import storage
+
+        wanted = None if self.settings.compare == "latest" else self.settings.compare
+        try:
+            path = storage.find(self.settings.storage, machine["id"], wanted)
+            baseline = storage.load(path)
+        except storage.BaselineError as e:
+            raise pytest.UsageError(f"pytest-gpuprof: --gpu-compare: {e}") from None
+        theirs = baseline["machine"]
+        if theirs["id"] != machine["id"] and not self.settings.compare_any_machine:
+            raise pytest.UsageError(
+                f"pytest-gpuprof: --gpu-compare: {path} was measured on machine {theirs['id']} "
+                f"({theirs.get('gpu')}, driver {theirs.get('driver')}, PCIe {theirs.get('pcie')}, "
+                f"{theirs.get('backend')}); this is {machine['id']} ({machine['gpu']}, driver {machine['driver']}, "
+                f"PCIe {machine['pcie']}, {machine['backend']}). Pass --gpu-compare-any-machine to compare anyway"
+            )
+        self.baseline, self.path = baseline, path
+
+    def _base(self, nodeid: str) -> dict[str, Any] | None:
+        if self.baseline is None:
+            return None
+        return next((t for t in self.baseline["tests"] if t.get("nodeid") == nodeid), None)
+
+    def compare(self, nodeid: str, test: dict[str, Any]) -> tuple[list[Change], str | None]:
+        """This test's changes against its baseline entry, and the failure message when it
+        clearly regressed and ``--gpu-compare-fail`` was given."""
+        base = self._base(nodeid)
+        if base is None:
+            return [], None  # no baseline, or a new test: nothing to compare with
+        from pytest_gpuprof.compare import compare_tests, parse_thresholds
+
+        thresholds = self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS)
+        changes = compare_tests(thresholds, base, test)
+        regressed = [c for c in changes if c.finding == "regression"]
+        if not regressed or not self.settings.compare_fail:
+            return changes, None
+        lines = [f"GPU regression against baseline {self.path}:", *(f"  {c.describe()}" for c in regressed)]
+        return changes, "\n".join(lines)
+
+    def lines(self, nodeid: str, changes: list[Change]) -> list[str]:
+        """The test's lines of the comparison in the summary."""
+        if self.baseline is None:
+            return []
+        if self._base(nodeid) is None:
+            return [f"{nodeid}: new (not in the baseline)"]
+        from pytest_gpuprof.compare import change_lines
+
+        return change_lines(nodeid, changes)

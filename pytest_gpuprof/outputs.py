@@ -1,0 +1,163 @@
+"""What a run leaves behind: the terminal summary, the JSON report, the HTML page, the
+baseline and the CI step summary, each from the tests' views (``results.TestView``).
+
+Every file is written whole or not at all (``files``); one that cannot be written is a
+line of the summary and makes the run fail, and the rest are still written.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuprof.config import Settings
+from pytest_gpuprof.results import TestView
+
+
+class Outputs:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        # what was written, or could not be: lines of the summary
+        self.written: list[str] = []
+
+    @staticmethod
+    def merged(
+        views: Mapping[str, TestView], crashed: Mapping[str, str], machine: Callable[[], dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every test once, in run order, and the machine: from this process or the workers."""
+        tests = [v.test for v in views.values()]
+        tests += [
+            {"nodeid": nodeid, "outcome": "failed", "crashed": reason}
+            for nodeid, reason in crashed.items()
+            if nodeid not in views
+        ]
+        machines = [v.machine for v in views.values()]
+        merged = dict(machines[0]) if machines else machine()
+        devices = sorted({t["device"] for t in tests if "device" in t})
+        if devices:
+            merged["devices"] = devices
+        return tests, merged
+
+    def summary(
+        self,
+        tr: Any,
+        views: Mapping[str, TestView],
+        crashed: Mapping[str, str],
+        *,
+        title: str,
+        header: list[str],
+        compared_with: object,
+    ) -> None:
+        """The session's section of the terminal summary; ``header``: lines to repeat (a
+        test started the backend after pytest printed the header)."""
+        if not (views or crashed):
+            for line in self.written:  # what was written, or could not be, for a run that measured nothing
+                tr.write_line(line)
+            return
+        from pytest_gpuprof.report import table
+
+        tr.section(title)
+        for line in header:
+            tr.write_line(line)
+        for line in table([v.row for v in views.values()]):
+            tr.write_line(line)
+        for nodeid, reason in crashed.items():
+            tr.write_line(f"{nodeid}: lost: {reason}")
+        details = [line for v in views.values() for line in v.details]
+        if details:
+            tr.write_line("")
+            tr.write_line("budget breaches and where the time went:")
+            for line in details:
+                tr.write_line(line)
+        compare = [line for v in views.values() for line in v.compare]
+        if compare:
+            tr.write_line("")
+            tr.write_line(f"compared with baseline {compared_with}:")
+            for line in compare:
+                tr.write_line(f"  {line}")
+        sharing = self._sharing_note(views)
+        if sharing:
+            tr.write_line(sharing)
+        for line in self.written:
+            tr.write_line(line)
+        if self.settings.trace is not None:
+            tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
+
+    def _sharing_note(self, views: Mapping[str, TestView]) -> str | None:
+        workers = self.config.getoption("numprocesses", None)
+        if not workers:
+            return None
+        devices = sorted({v.test.get("device", 0) for v in views.values()})
+        if len(devices) < int(workers):
+            return f"gpuprof: {workers} xdist workers shared {len(devices)} device(s) {devices}: their timings overlap"
+        return f"gpuprof: {workers} xdist workers on devices {devices}"
+
+    def write(
+        self,
+        views: Mapping[str, TestView],
+        crashed: Mapping[str, str],
+        machine: Callable[[], dict[str, Any]],
+        partial: str | None,
+    ) -> bool:
+        """The JSON report, the HTML, the baseline and the step summary; ``partial`` says
+        why the run ended early, if it did. False when one could not be written."""
+        s = self.settings
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if s.report is None and s.save is None and s.html is None and not summary:
+            return True
+        from pytest_gpuprof.files import write_atomic, write_json
+        from pytest_gpuprof.report import build_report, markdown_summary
+
+        tests, merged = self.merged(views, crashed, machine)
+        report = build_report(tests, merged)
+        if partial:
+            report["partial"] = partial
+        if not tests:
+            report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
+        ok = True
+
+        def write(what: str, path: Path | str, action: Callable[[], object], done: str) -> None:
+            nonlocal ok
+            try:
+                action()
+            except OSError as e:
+                ok = False
+                self.written.append(f"gpuprof: could not write the {what} {path}: {e.strerror or e}")
+            else:
+                self.written.append(done)
+
+        if (json_path := s.report) is not None:
+            done = f"gpuprof: JSON report written to {json_path}"
+            write("JSON report", json_path, functools.partial(write_json, json_path, report), done)
+        if (html_path := s.html) is not None:
+            from pytest_gpuprof.html import render
+
+            page = render([v.html for v in views.values() if v.html], merged)
+            done = f"gpuprof: HTML report written to {html_path}"
+            write("HTML report", html_path, functools.partial(write_atomic, html_path, page), done)
+        if (name := s.save) is not None:
+            from pytest_gpuprof import storage
+
+            if partial:
+                self.written.append(f"gpuprof: no baseline saved: the run {partial}")
+            else:
+                saved: list[Path] = []
+                write("baseline", s.storage, lambda: saved.append(storage.save(report, s.storage, name)), "")
+                if saved:
+                    empty = "" if tests else " (no test measured anything: it holds no test)"
+                    self.written[-1] = f"gpuprof: baseline saved as {saved[0]}{empty}"
+        if summary:
+            compare = [line for v in views.values() for line in v.compare]
+
+            def append_summary() -> None:
+                with open(summary, "a", encoding="utf-8") as f:
+                    f.write(markdown_summary([t for t in tests if "metrics" in t], merged, compare))
+
+            write("step summary", summary, append_summary, f"gpuprof: step summary appended to {summary}")
+        return ok

@@ -1,0 +1,46 @@
+"""One test's result, typed: what this process measured, and the view of it that every
+output reads and that travels from a pytest-xdist worker to the controller."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.compare import Change
+    from pytest_gpuprof.model import Timeline
+    from pytest_gpuprof.report import GpuRecord
+
+
+@dataclass
+class TestResult:
+    """A measured test in this process: its record, the timeline of its primary window
+    (the first breaching one, else the last), and its changes against the baseline."""
+
+    __test__ = False  # not a pytest test class
+
+    record: GpuRecord
+    timeline: Timeline | None
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TestView:
+    """A test as the outputs need it: its JSON report entry, its line of the summary
+    table, its breach and comparison lines, the machine and its HTML page data."""
+
+    __test__ = False
+
+    test: dict[str, Any]
+    row: list[str]
+    details: list[str]
+    compare: list[str]
+    machine: dict[str, Any]
+    html: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TestView:
+        return cls(**data)

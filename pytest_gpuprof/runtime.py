@@ -1,0 +1,181 @@
+"""The device side of a session: which backend, on which device, its NVML sampler, the
+header lines that say so, and closing them.
+
+Nothing starts until something asks: ``select`` only decides (and is run at start-up
+where the run configures the plugin, so the header can name the backend); ``backend``
+creates it, calling ``on_start`` first.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuprof.config import Settings
+from pytest_gpuprof.text import GIB
+
+if TYPE_CHECKING:
+    from pytest_gpuprof import backends
+    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.nvml import NvmlSampler
+
+
+class DeviceRuntime:
+    def __init__(self, config: pytest.Config, settings: Settings, on_start: Callable[[], None]) -> None:
+        self.config = config
+        self.settings = settings
+        self._on_start = on_start
+        self._selected: tuple[str, str] | None = None
+        self._backend: backends.Backend | None = None
+        if settings.configured:
+            self.select()
+
+    def select(self) -> tuple[str, str]:
+        """The backend's name and why it was chosen; fixes this process's device."""
+        if self._selected is None:
+            from pytest_gpuprof import backends
+
+            try:
+                name, reason = backends.select(self.settings.backend, 0)
+                count = backends.cuda_device_count() if name == "cuda" else None
+                self.settings = replace(self.settings, device=self._pick_device(count))
+                if count is not None and self.settings.device >= count:
+                    raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
+            except RuntimeError as e:
+                raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+            self._selected = name, reason
+        return self._selected
+
+    def _pick_device(self, cuda_devices: int | None) -> int:
+        """``--gpu-devices`` spreads xdist workers over devices (worker i on device i mod
+        the count); host 'devices' are logical slots, one per worker."""
+        settings = self.settings
+        if settings.devices is None:
+            return settings.device
+        worker = getattr(self.config, "workerinput", {}).get("workerid")
+        index = int(worker[2:]) if worker else 0
+        if settings.devices == "all":
+            if cuda_devices is not None:
+                count = cuda_devices
+            else:
+                count = int(getattr(self.config, "workerinput", {}).get("workercount", 1))
+            devices: tuple[int, ...] = tuple(range(max(count, 1)))
+        else:
+            assert not isinstance(settings.devices, str)
+            devices = settings.devices
+        return devices[index % len(devices)]
+
+    @property
+    def started(self) -> bool:
+        return self._selected is not None
+
+    @property
+    def backend_name(self) -> str:
+        return self.select()[0]
+
+    @property
+    def backend_reason(self) -> str:
+        return self.select()[1]
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    @property
+    def runs_tests(self) -> bool:
+        """False for ``--collect-only`` and for a pytest-xdist controller: nothing to measure here."""
+        controller = getattr(self.config.option, "dist", "no") != "no" and not self.is_worker
+        return not (self.config.option.collectonly or controller)
+
+    @property
+    def backend(self) -> backends.Backend:
+        if self._backend is None:
+            from pytest_gpuprof import backends
+
+            self._on_start()
+            s = self.settings
+            self._backend = backends.create(self.backend_name, s.device, cupti=s.cupti, clock=s.host_clock)
+        return self._backend
+
+    @property
+    def backend_started(self) -> bool:
+        return self._backend is not None
+
+    @property
+    def truth(self) -> str:
+        return self._backend.truth if self._backend is not None else ("host" if self.backend_name == "host" else "?")
+
+    @cached_property
+    def device(self) -> GpuDevice:
+        from pytest_gpuprof.device import GpuDevice
+
+        return GpuDevice(self.backend, self.backend.info())
+
+    @cached_property
+    def sampler(self) -> NvmlSampler | None:
+        if not self.settings.nvml or self.backend_name != "cuda":
+            return None
+        from pytest_gpuprof.nvml import NvmlSampler
+
+        return NvmlSampler.start(self.settings.device, self.settings.nvml_interval_ms)
+
+    def nvml_status(self) -> str:
+        if not self.settings.nvml:
+            return "off (--gpu-no-nvml)"
+        if self.backend_name != "cuda":
+            return "off (host backend: no GPU to sample)"
+        from pytest_gpuprof.nvml import probe
+
+        return probe(self.settings.device)
+
+    def machine(self) -> dict[str, Any]:
+        from pytest_gpuprof.report import machine_record
+
+        return machine_record(self.device.to_dict(), self.truth)
+
+    def header(self) -> list[str]:
+        if not self.started:
+            return [
+                "gpuprof: not started (no --gpu-* option, no [tool.gpuprof]): "
+                "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"
+            ]
+        s = self.settings
+        lines = [f"gpuprof: backend {self.backend_name} ({self.backend_reason})"]
+        if self.backend_name == "cuda" and not self.runs_tests:
+            why = "--collect-only" if self.config.option.collectonly else "each pytest-xdist worker starts its own"
+            lines.append(f"gpuprof: device not started here ({why})")
+        elif self.backend_name == "cuda":
+            info = self.backend.info()
+            lines.append(
+                f"gpuprof: device {info.index} {info.name}, {info.memory_bytes / GIB:.0f} GiB, "
+                f"driver {info.driver}, PCIe {info.pcie}"
+            )
+            lines.append(
+                f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}"
+            )
+        else:
+            clock = (
+                "virtual clock (kernels and copies take exactly the time asked, host code none)"
+                if s.host_clock == "virtual"
+                else "real clock"
+            )
+            lines.append(
+                f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, {clock}, "
+                "truth 'host'; CUPTI off (no GPU); NVML off (no GPU)"
+            )
+        mode = "enforced (--gpu-budget)" if s.enforce else "reported as warnings (no --gpu-budget)"
+        where = f"; config {s.pyproject}" if s.pyproject else ""
+        lines.append(f"gpuprof: budgets {mode}; rounds {s.rounds}, warmup {s.warmup}{where}")
+        return lines
+
+    def close(self) -> None:
+        if "sampler" in self.__dict__ and self.sampler is not None:
+            self.sampler.stop()
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
