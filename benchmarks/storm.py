@@ -71,7 +71,7 @@ def storm(mode: str) -> None:
         records = len(intervals)
         print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
         if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to intervals
-            from pytest_gpuprof.cupti_capture import records_of, unpack
+            from pytest_gpuprof.cupti_records import records_of, unpack
 
             launch(LAUNCHES)
             cupti.activity_flush_all(1)

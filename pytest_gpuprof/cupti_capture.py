@@ -19,23 +19,17 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import itertools
 import statistics
-import struct
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from pytest_gpuprof.cupti_records import CALL, calls_of, records_of, unpack
 from pytest_gpuprof.model import DeviceInterval, DeviceKind
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
-# an API call, as the join needs it (sorted by correlation id): thread, host times of its
-# start and end
-CALL = np.dtype([("correlation_id", np.uint32), ("thread", np.int64), ("issued", np.int64), ("returned", np.int64)])
-_KIND = struct.Struct("<I")  # every activity record starts with its kind
 
 # API calls kept from one drain to the next, waiting for the records of their device work
 KEPT_CALLS = 100_000
@@ -328,99 +322,6 @@ class CuptiCapture:
             self._cupti.activity_disable(kind)
 
 
-def unpack(raw: np.ndarray, layouts: Mapping[int, tuple[str, np.dtype]]) -> dict[str, np.ndarray] | None:
-    """The records packed in ``raw`` (uint8), one structured array per kind of record.
-
-    Each record starts with its kind (uint32) and is as long as its kind's dtype. Records
-    come in patterns: long runs of one kind, or two kinds in turn (a launch call's record,
-    then a kernel's). Once the last records repeat a pattern of one or two kinds, numpy
-    reads the kinds at the pattern's stride ahead, and the pattern ends at the first that
-    differs, so Python steps once a pattern rather than once a record. ``None`` when the
-    walk meets an unknown kind or does not end exactly at the end of ``raw``: the bytes
-    are not laid out as the dtypes say.
-    """
-    total = len(raw)
-    words = raw[: total // 4 * 4].view(np.uint32)
-    read_kind, data = _KIND.unpack_from, raw.data
-    sizes = {kind: dtype.itemsize for kind, (_, dtype) in layouts.items()}
-    pieces: dict[int, list[tuple[int, int, int]]] = {kind: [] for kind in layouts}  # (first, count, stride)
-    seen: list[int] = []  # the kinds of the records so far
-    offset = 0
-    while offset < total:
-        if offset % 4 or offset + 4 > total:
-            return None
-        (kind,) = read_kind(data, offset)
-        itemsize = sizes.get(kind)
-        if itemsize is None or offset + itemsize > total:
-            return None
-        pattern = [kind]
-        if len(seen) >= 3 and seen[-3:] == [seen[-1], kind, seen[-1]] and seen[-1] != kind:
-            pattern = [kind, seen[-1]]  # two kinds in turn: ..., k, j, k, j and now k
-        elif not (len(seen) >= 4 and seen[-4:] == [kind] * 4):
-            pattern = []
-        count = _repeats(words, offset, [(k, sizes[k]) for k in pattern], total) if pattern else 0
-        if count == 0:
-            pattern, count = [kind], 1
-        stride = sum(sizes[k] for k in pattern)
-        shift = 0
-        for k in pattern:
-            _add(pieces[k], offset + shift, count, stride, sizes[k])
-            shift += sizes[k]
-        seen += pattern[-2:] * min(count, 2)
-        del seen[:-4]
-        offset += count * stride
-    rows: dict[str, list[np.ndarray]] = {}  # kinds of one layout (runtime and driver calls) share a table
-    for kind, kind_pieces in pieces.items():
-        name, dtype = layouts[kind]
-        rows.setdefault(name, []).extend(
-            np.lib.stride_tricks.as_strided(raw[first:], shape=(count, dtype.itemsize), strides=(stride, 1))
-            for first, count, stride in kind_pieces
-        )
-    dtypes = dict(layouts.values())
-    # a copy: the buffer goes back to CUPTI
-    return {name: np.concatenate(found).reshape(-1).view(dtypes[name]) for name, found in rows.items() if found}
-
-
-def _repeats(words: np.ndarray, offset: int, pattern: list[tuple[int, int]], total: int) -> int:
-    """How many times the records of ``pattern`` ((kind, size) in order) follow one another
-    from ``offset``: numpy reads each kind a stride apart, looking further each time."""
-    stride = sum(size for _, size in pattern)
-    if stride % 4 or any(size % 4 for _, size in pattern):
-        return 0
-    fit, look = (total - offset) // stride, 64
-    while True:
-        n = min(fit, look)
-        same = np.ones(n, dtype=bool)
-        shift = 0
-        for kind, size in pattern:
-            same &= words[(offset + shift) // 4 :: stride // 4][:n] == kind
-            shift += size
-        breaks = np.flatnonzero(~same)
-        if len(breaks) or n == fit:
-            return int(breaks[0]) if len(breaks) else fit
-        look *= 4
-
-
-def _add(pieces: list[tuple[int, int, int]], first: int, count: int, stride: int, itemsize: int) -> None:
-    """File ``count`` records of one kind; contiguous ones join the piece they follow."""
-    if pieces and stride == itemsize:
-        last_first, last_count, last_stride = pieces[-1]
-        if last_stride == itemsize and last_first + last_count * itemsize == first:
-            pieces[-1] = (last_first, last_count + count, itemsize)
-            return
-    pieces.append((first, count, stride))
-
-
-def calls_of(api: np.ndarray, offset_ns: int = 0) -> np.ndarray:
-    """API records as ``CALL`` rows: correlation id, issuing thread, host time of the call."""
-    out = np.empty(len(api), dtype=CALL)
-    out["correlation_id"] = api["correlation_id"]
-    out["thread"] = api["thread_id"]
-    out["issued"] = api["start"].astype(np.int64) - offset_ns
-    out["returned"] = api["end"].astype(np.int64) - offset_ns
-    return out
-
-
 def _driver_mark() -> Any:
     """``cuDriverGetVersion`` of the process's libcuda through ``ctypes``: a driver call
     that CUPTI records and that libraries seldom make."""
@@ -428,64 +329,3 @@ def _driver_mark() -> Any:
     version = ctypes.c_int()
     call, out = cuda.cuDriverGetVersion, ctypes.byref(version)
     return lambda: call(out)
-
-
-def records_of(
-    tables: Mapping[str, np.ndarray],
-    names: Mapping[int, str],
-    copy_names: Mapping[int, str],
-    pageable_kind: int,
-    offset_ns: int = 0,
-    calls: np.ndarray | None = None,
-) -> list[DeviceInterval]:
-    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``).
-
-    ``calls`` (``CALL`` rows sorted by correlation id) tie each record to the thread and
-    time of the call that issued it (``_issuing_calls``).
-    """
-    out: list[DeviceInterval] = []
-    for kind, t in tables.items():
-        count = len(t)
-        if kind == "kernel":
-            labels = [names[pointer] for pointer in t["name"].tolist()]
-            nbytes, pageable = [0] * count, [False] * count
-        elif kind == "memcpy":
-            labels = [copy_names.get(k, "copy") for k in t["copy_kind"].tolist()]
-            nbytes = t["bytes"].tolist()
-            pageable = ((t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)).tolist()
-        elif kind == "memset":
-            labels, nbytes, pageable = ["memset"] * count, t["bytes"].tolist(), [False] * count
-        else:  # API records: not device work
-            continue
-        start = (t["start"].astype(np.int64) - offset_ns).tolist()
-        end = (t["end"].astype(np.int64) - offset_ns).tolist()
-        thread, issued = _issuing_calls(t, calls)
-        columns = ([kind] * count, start, end, t["stream_id"].tolist(), labels, nbytes, pageable)
-        out += itertools.starmap(DeviceInterval, zip(*columns, itertools.repeat(None), thread, issued, strict=False))
-    return out
-
-
-def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[list[int], list[int]]:
-    """The thread and host time at which each record's work was issued; 0 and 0 where
-    that is not known.
-
-    Its own call where it was recorded. Else the recorded calls just before and just
-    after it in correlation order (ids count every call, recorded or not): when both are
-    on one thread, the work was issued on that thread between them, and as every step
-    edge is a recorded call, no step opened or closed in between; the midpoint of the
-    gap stands for the time.
-    """
-    count = len(records)
-    if calls is None or not len(calls):
-        return [0] * count, [0] * count
-    correlation = records["correlation_id"]
-    ids, threads = calls["correlation_id"], calls["thread"]
-    after = np.searchsorted(ids, correlation)  # the first call at or after each record
-    at = np.minimum(after, len(ids) - 1)
-    own = ids[at] == correlation
-    before = np.maximum(after - 1, 0)
-    between = ~own & (after > 0) & (after < len(ids)) & (threads[before] == threads[at])
-    thread = np.where(own, threads[at], np.where(between, threads[before], 0))
-    middle = (calls["returned"][before] + calls["issued"][at]) // 2
-    issued = np.where(own, calls["issued"][at], np.where(between, middle, 0))
-    return thread.tolist(), issued.tolist()

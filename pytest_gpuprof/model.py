@@ -33,7 +33,7 @@ class Span:
 class DeviceInterval(NamedTuple):
     """Something the device did: a kernel, a copy or a memset, on one stream.
 
-    Which host step issued it (``metrics.issuers``): ``span_id`` where the backend tagged
+    Which host step issued it (``attribution.issuers``): ``span_id`` where the backend tagged
     it as it was submitted; else ``thread`` and ``issued``, the native id of the thread
     that made the launch or copy call and the host time of that call (from CUPTI's API
     records), whose innermost open step is the issuer; else, for a copy, the step open

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gc
 import itertools
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pytest_gpuprof import examples
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
 from pytest_gpuprof.budget import Breach, Budget, judge, parse_budget
@@ -25,32 +25,6 @@ from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 from pytest_gpuprof.text import GIB, failure_message
 
 _span_ids = itertools.count(1)
-CONFIRMATIONS = 2
-
-
-def in_hypothesis_example() -> bool:
-    if "hypothesis" not in sys.modules:
-        return False
-    from hypothesis import currently_in_test_context
-
-    return bool(currently_in_test_context())
-
-
-def _example_id() -> int:
-    """Which hypothesis example is running (inside one)."""
-    from hypothesis.control import current_build_context
-
-    return id(current_build_context())
-
-
-def _example_choices() -> tuple[Any, ...] | None:
-    """The choices hypothesis made for the running example, which identify it when it is
-    run again. Hypothesis has no public API for them: this reads ``ConjectureData.choices``
-    (hypothesis 6.1xx), and without it judgements are simply not remembered."""
-    from hypothesis.control import current_build_context
-
-    choices = getattr(current_build_context().data, "choices", None)
-    return tuple(choices) if choices is not None else None
 
 
 class GpuBudgetExceeded(AssertionError):
@@ -103,10 +77,7 @@ class Profiler:
         # device memory held when the test started: what it must give back by its end
         self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
-        self._watched_examples: set[int] = set()
-        # the hypothesis example of the latest measure(), and how to measure it again
-        self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
-        self._judged: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
+        self._examples = examples.Examples(backend, self.leaks)
         self._lock = threading.Lock()
         self._steps: list[Span] = []
         self._regions: list[Span] = []
@@ -169,86 +140,27 @@ class Profiler:
         warmup = self.default_warmup if warmup is None else warmup
         if rounds < 1 or warmup < 0:
             raise ValueError(f"measure(rounds={rounds}, warmup={warmup}): rounds must be >= 1, warmup >= 0")
-        example = in_hypothesis_example()
+        example = examples.running()
         if example:
-            self._watch_example_memory()
+            self._examples.watch_memory()
         metrics = self.repeat(fn, rounds=rounds, warmup=warmup, label="measure")
         if example:
-            self._remeasure = (
-                _example_id(),
-                lambda: self.repeat(fn, rounds=rounds, warmup=0, label="measure"),
-            )
+            self._examples.remember(lambda: self.repeat(fn, rounds=rounds, warmup=0, label="measure"))
             if self.enforce:
-                first = len(self.windows) - 1
-                breaches, judged = self._example_judgement(self.budget, self.windows[-1].breaches)
-                for window in self.windows[first:]:
-                    window.settled = True
+                window = self.windows[-1]
+                breaches, judged = self._examples.judgement(self.budget, window.breaches, window.metrics)
+                window.settled = True
                 if breaches:
                     self._raise_confirmed(breaches, judged)
         return metrics
-
-    def _example_judgement(self, budget: Budget, breaches: list[Breach]) -> tuple[list[Breach], Metrics]:
-        """The judgement of this hypothesis example on ``budget``: its breaches (none: it
-        keeps the budget) and the metrics they were judged on.
-
-        A breach counts once ``CONFIRMATIONS`` more measurements repeat it. When
-        hypothesis runs the same example again (to shrink, or to show the failure), it
-        gets the judgement the example already had: a window near its threshold, measured
-        again, can fall either side, and hypothesis would report that as Flaky.
-        """
-        choices = _example_choices()
-        key = (choices, repr(budget))
-        if choices is not None and key in self._judged:
-            return self._judged[key]
-        confirmed = self._confirm(budget) if breaches else []
-        judged = confirmed, self.windows[-1].metrics
-        if choices is not None:
-            self._judged[key] = judged
-        return judged
-
-    def _confirm(self, budget: Budget) -> list[Breach]:
-        """Inside a hypothesis example a breach counts only once re-measuring repeats it:
-        the breaches of the last of ``CONFIRMATIONS`` more measurements, or none as soon
-        as one keeps ``budget``.
-
-        A noisy near-threshold window would otherwise fail an example that passes when
-        hypothesis replays it, which it reports as Flaky and cannot shrink.
-        """
-        assert self._remeasure is not None
-        breaches: list[Breach] = []
-        for _ in range(CONFIRMATIONS):
-            breaches = list(judge(budget, [self._remeasure[1]()]).breaches[0])
-            if not breaches:
-                return []
-        return breaches
 
     def _raise_confirmed(self, breaches: list[Breach], metrics: Metrics) -> None:
         message = failure_message(breaches, metrics)
         moved = [(name, s.bytes) for name, s in metrics.steps.items() if s.bytes]
         if moved:
             message += "\n  buffers: " + ", ".join(f"{name} {n:,} B ({n / GIB:.4g} GiB)" for name, n in moved)
-        message += f"\n  (confirmed by {CONFIRMATIONS} more measurements)"
+        message += f"\n  (confirmed by {examples.CONFIRMATIONS} more measurements)"
         raise GpuBudgetExceeded(message, breaches, metrics)
-
-    def _watch_example_memory(self) -> None:
-        """Check, when this hypothesis example ends, that its device memory came back
-        (and forget how to re-measure it)."""
-        from hypothesis.control import cleanup
-
-        context = _example_id()
-        if context in self._watched_examples:
-            return
-        self._watched_examples.add(context)
-        before = self.backend.memory_in_use()
-
-        def check() -> None:
-            self._remeasure = None
-            gc.collect()
-            held = self.backend.memory_in_use() - before
-            if held > 0:
-                self.leaks.append(f"a hypothesis example kept {held:,} bytes of device memory after it ended")
-
-        cleanup(check)
 
     def repeat(self, body: Callable[[], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
         for _ in range(warmup):
@@ -350,9 +262,9 @@ class Profiler:
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
         breaches = list(judge(budget, [current]).breaches[0])
-        if self._remeasure is not None and in_hypothesis_example() and self._remeasure[0] == _example_id():
+        if self._examples.measured_this_one():
             # after this example's measure(): judged as measure() judges its own budget
-            breaches, judged = self._example_judgement(budget, breaches)
+            breaches, judged = self._examples.judgement(budget, breaches, current)
             if breaches:
                 self._raise_confirmed(breaches, judged)
             return current

@@ -12,7 +12,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof.cupti_capture import CuptiCapture, records_of, unpack
+from pytest_gpuprof.cupti_capture import CuptiCapture
+from pytest_gpuprof.cupti_records import records_of, unpack
 from pytest_gpuprof.model import DeviceInterval
 
 # Shaped like cupti-python's record dtypes: the kind first, fields at fixed offsets.
@@ -316,11 +317,11 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
 
 
 def test_two_kinds_in_turn_are_read_a_pattern_at_a_time(monkeypatch):
-    from pytest_gpuprof import cupti_capture
+    from pytest_gpuprof import cupti_records
 
     calls = []
-    repeats = cupti_capture._repeats
-    monkeypatch.setattr(cupti_capture, "_repeats", lambda *a: calls.append(a) or repeats(*a))
+    repeats = cupti_records._repeats
+    monkeypatch.setattr(cupti_records, "_repeats", lambda *a: calls.append(a) or repeats(*a))
     fields = [(4, 307, 1, 2, 1, 7, i) for i in range(1000)]
     fields = [r for i, call in enumerate(fields) for r in (call, (10, i, i + 1, 1, 0x1000, i))]
     tables = unpack(as_array(pack(fields)), LAYOUTS)

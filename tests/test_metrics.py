@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import metrics
+from pytest_gpuprof import attribution, metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 
 MS = 1_000_000
@@ -200,7 +200,7 @@ def test_work_belongs_to_the_innermost_step_open_on_its_thread_when_issued(steps
     for thread, t in calls:
         open_then = [s for s in steps if s.thread == thread and s.start <= t <= s.end]
         expected.append(max(open_then, key=lambda s: (s.depth, s.start)).span_id if open_then else None)
-    assert metrics.issuers(steps, device) == expected
+    assert attribution.issuers(steps, device) == expected
 
 
 def test_an_asynchronous_upload_is_charged_for_the_idle_its_copy_caused():

@@ -1,0 +1,173 @@
+"""Who caused what: the step that issued each piece of device work, and the step each
+kernel-idle stretch is charged to. Pure functions over plain data.
+
+Device work belongs to the step that issued it (``issuers``), whenever it ran. Idle is
+charged device first: to the steps whose copies or memsets occupied the device then
+(the kernels were waiting on them), split evenly among them; where the device did
+nothing, to the innermost host step active on each thread, split evenly among the
+threads that have one; what neither covers is ``unattributed`` (docs/design.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pytest_gpuprof import intervals as iv
+from pytest_gpuprof.model import DeviceInterval, Span
+
+
+def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:
+    """The ``span_id`` of the step that issued each device interval, ``None`` where none did.
+
+    A backend's tag first; else the innermost step open on the issuing ``thread`` at the
+    host time the work was ``issued``; else, for a copy, the innermost step open on its
+    ``stream`` when it started. Steps of one thread nest (they are context managers), so
+    the innermost step open at a time is the latest-started one that contains it, or one
+    of its ancestors: numpy looks the last start up and climbs to the enclosing step.
+    """
+    out: list[int | None] = [d.span_id for d in device]
+    by_thread: dict[int, list[Span]] = defaultdict(list)
+    by_stream: dict[int, list[Span]] = defaultdict(list)
+    for span in steps:
+        by_thread[span.thread].append(span)
+        if span.stream is not None:
+            by_stream[span.stream].append(span)
+    asked: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # lane -> (index, time)
+    for i, d in enumerate(device):
+        if d.span_id is not None:
+            continue
+        if d.issued and d.thread in by_thread:
+            asked["thread", d.thread].append((i, d.issued))
+        elif d.kind == "memcpy" and d.stream in by_stream:
+            asked["stream", d.stream].append((i, d.start))
+    for (what, lane), queries in asked.items():
+        found = _innermost(by_thread[lane] if what == "thread" else by_stream[lane], [t for _, t in queries])
+        for (i, _), span_id in zip(queries, found, strict=True):
+            out[i] = span_id
+    return out
+
+
+def _innermost(spans: Sequence[Span], times: Sequence[int]) -> list[int | None]:
+    """For each time, the ``span_id`` of the innermost of the nested ``spans`` open then
+    (``start <= time <= end``), or ``None``."""
+    ordered = sorted(spans, key=lambda s: (s.start, -s.end, s.depth))
+    starts = np.array([s.start for s in ordered], dtype=np.int64)
+    ends = np.array([s.end for s in ordered], dtype=np.int64)
+    parent = np.full(len(ordered), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i, span in enumerate(ordered):
+        while stack and ends[stack[-1]] < span.start:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    at = np.asarray(times, dtype=np.int64)
+    index = np.searchsorted(starts, at, side="right") - 1
+    while True:
+        climb = np.flatnonzero(index >= 0)
+        climb = climb[ends[index[climb]] < at[climb]]
+        if not len(climb):
+            break
+        index[climb] = parent[index[climb]]
+    ids = [s.span_id for s in ordered]
+    return [ids[k] if k >= 0 else None for k in index.tolist()]
+
+
+def work_by_step(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:
+    """The device work of each step that issued some, by ``span_id``."""
+    out: dict[int, list[DeviceInterval]] = defaultdict(list)
+    for d, span_id in zip(device, issuers(steps, device), strict=True):
+        if span_id is not None:
+            out[span_id].append(d)
+    return dict(out)
+
+
+def attribute_idle(
+    steps: Sequence[Span],
+    idle: Sequence[iv.Interval],
+    transfers: Mapping[str, Sequence[iv.Interval]] | None = None,
+) -> tuple[dict[str, float], float]:
+    """Charge each idle stretch, device first: to the steps whose ``transfers`` (copies
+    and memsets, by step name) occupied the device then, split evenly among them; the
+    rest to the innermost host step of each thread active then.
+
+    ``idle`` is sorted and disjoint. Returns nanoseconds charged per step name and the
+    nanoseconds neither covered; the two add up to the total idle length.
+    """
+    if not transfers:
+        return _charge_lanes(steps, idle)
+    lanes = [
+        Span(name, -1 - lane, s, e)
+        for lane, (name, done) in enumerate(sorted(transfers.items()))
+        for s, e in iv.union(done)
+    ]
+    busy = iv.union((s.start, s.end) for s in lanes)
+    if not busy:
+        return _charge_lanes(steps, idle)
+    lo, hi = (idle[0][0], idle[-1][1]) if idle else (0, 0)
+    by_device, _ = _charge_lanes(lanes, iv.intersect(idle, busy))
+    by_host, unattributed = _charge_lanes(steps, iv.intersect(idle, iv.gaps(busy, (lo, hi))))
+    for name, ns in by_device.items():
+        by_host[name] = by_host.get(name, 0.0) + ns
+    return by_host, unattributed
+
+
+def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[dict[str, float], float]:
+    """Charge each idle stretch to the innermost step of each thread active then, split
+    evenly among the threads that have one.
+
+    The active steps change only where a step opens or closes: between two such points,
+    the idle time inside is charged at once (a window can hold a hundred thousand idle
+    stretches).
+    """
+    charged: dict[str, float] = defaultdict(float)
+    unattributed = 0.0
+    if not idle:
+        return dict(charged), unattributed
+    lo, hi = idle[0][0], idle[-1][1]
+    relevant = [s for s in steps if s.end > lo and s.start < hi and s.end > s.start]
+    opening: dict[int, list[Span]] = defaultdict(list)
+    closing: dict[int, list[Span]] = defaultdict(list)
+    points = {lo, hi}
+    for span in relevant:
+        opening[span.start].append(span)
+        closing[span.end].append(span)
+        points.update(p for p in (span.start, span.end) if lo < p < hi)
+    ordered = sorted(points)
+    before = _idle_before(idle, ordered)
+
+    active: dict[int, list[Span]] = defaultdict(list)
+    for span in relevant:
+        if span.start < lo:
+            active[span.thread].append(span)
+    for i, a in enumerate(ordered[:-1]):
+        for span in closing.get(a, ()):
+            active[span.thread].remove(span)
+        for span in opening.get(a, ()):
+            if span.start >= lo:
+                active[span.thread].append(span)
+        stretch = before[i + 1] - before[i]
+        if stretch <= 0:
+            continue
+        innermost = [max(lane, key=lambda s: (s.depth, s.start, s.name)) for lane in active.values() if lane]
+        if not innermost:
+            unattributed += stretch
+            continue
+        share = stretch / len(innermost)
+        for span in innermost:
+            charged[span.name] += share
+    return dict(charged), unattributed
+
+
+def _idle_before(idle: Sequence[iv.Interval], points: Sequence[int]) -> list[int]:
+    """For each point, the idle time before it (``idle`` sorted and disjoint)."""
+    spans = np.asarray(idle, dtype=np.int64)
+    starts, ends = spans[:, 0], spans[:, 1]
+    done = np.r_[0, np.cumsum(ends - starts)]  # idle in the first k stretches
+    at = np.asarray(points, dtype=np.int64)
+    k = np.searchsorted(ends, at, side="right")  # stretches over by then
+    partial = np.where(k < len(starts), np.clip(at - starts[np.minimum(k, len(starts) - 1)], 0, None), 0)
+    return (done[k] + partial).tolist()

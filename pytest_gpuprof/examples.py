@@ -1,0 +1,117 @@
+"""A test's life inside hypothesis examples: every example's ``measure`` is its own window,
+a breach counts only once re-measuring repeats it, an example run again keeps its first
+judgement, and an example's device memory must come back when it ends.
+
+Hypothesis is imported only when a test runs inside one of its examples.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuprof.budget import Breach, Budget, judge
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.backends import Backend
+    from pytest_gpuprof.metrics import Metrics
+
+# more measurements that must repeat a breach inside an example before it counts
+CONFIRMATIONS = 2
+
+
+def running() -> bool:
+    """Whether the caller runs inside a hypothesis example."""
+    if "hypothesis" not in sys.modules:
+        return False
+    from hypothesis import currently_in_test_context
+
+    return bool(currently_in_test_context())
+
+
+def _example_id() -> int:
+    """Which hypothesis example is running (inside one)."""
+    from hypothesis.control import current_build_context
+
+    return id(current_build_context())
+
+
+def _example_choices() -> tuple[Any, ...] | None:
+    """The choices hypothesis made for the running example, which identify it when it is
+    run again. Hypothesis has no public API for them: this reads ``ConjectureData.choices``
+    (hypothesis 6.1xx), and without it judgements are simply not remembered."""
+    from hypothesis.control import current_build_context
+
+    choices = getattr(current_build_context().data, "choices", None)
+    return tuple(choices) if choices is not None else None
+
+
+class Examples:
+    def __init__(self, backend: Backend, leaks: list[str]) -> None:
+        self._backend = backend
+        self._leaks = leaks  # the profiler's: a leak is reported with the test
+        self._watched: set[int] = set()
+        # the example of the latest measure(), and how to measure it again
+        self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
+        self._judged: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
+
+    def remember(self, remeasure: Callable[[], Metrics]) -> None:
+        """How to measure the running example's window again, to confirm a breach."""
+        self._remeasure = (_example_id(), remeasure)
+
+    def measured_this_one(self) -> bool:
+        """Whether the running example (if any) has measured a window."""
+        return self._remeasure is not None and running() and self._remeasure[0] == _example_id()
+
+    def judgement(self, budget: Budget, breaches: list[Breach], metrics: Metrics) -> tuple[list[Breach], Metrics]:
+        """The judgement of the running example on ``budget``, given the ``breaches`` of
+        its window's ``metrics``: the breaches that count (none: it keeps the budget) and
+        the metrics they were judged on.
+
+        A breach counts once ``CONFIRMATIONS`` more measurements repeat it. When
+        hypothesis runs the same example again (to shrink, or to show the failure), it
+        gets the judgement the example already had: a window near its threshold, measured
+        again, can fall either side, and hypothesis would report that as Flaky.
+        """
+        choices = _example_choices()
+        key = (choices, repr(budget))
+        if choices is not None and key in self._judged:
+            return self._judged[key]
+        judged = (self._confirm(budget) if breaches else []), metrics
+        if choices is not None:
+            self._judged[key] = judged
+        return judged
+
+    def _confirm(self, budget: Budget) -> list[Breach]:
+        """The breaches of the last of ``CONFIRMATIONS`` more measurements, or none as soon
+        as one keeps ``budget``: a noisy near-threshold window would otherwise fail an
+        example that passes when hypothesis replays it, which it reports as Flaky."""
+        assert self._remeasure is not None
+        breaches: list[Breach] = []
+        for _ in range(CONFIRMATIONS):
+            breaches = list(judge(budget, [self._remeasure[1]()]).breaches[0])
+            if not breaches:
+                return []
+        return breaches
+
+    def watch_memory(self) -> None:
+        """Check, when the running example ends, that its device memory came back (and
+        forget how to re-measure it)."""
+        from hypothesis.control import cleanup
+
+        context = _example_id()
+        if context in self._watched:
+            return
+        self._watched.add(context)
+        before = self._backend.memory_in_use()
+
+        def check() -> None:
+            self._remeasure = None
+            gc.collect()
+            held = self._backend.memory_in_use() - before
+            if held > 0:
+                self._leaks.append(f"a hypothesis example kept {held:,} bytes of device memory after it ended")
+
+        cleanup(check)
