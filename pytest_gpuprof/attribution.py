@@ -163,11 +163,20 @@ def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[d
 
 
 def _idle_before(idle: Sequence[iv.Interval], points: Sequence[int]) -> list[int]:
-    """For each point, the idle time before it (``idle`` sorted and disjoint)."""
+    """For each point, the idle time before it (``idle`` sorted and disjoint; ``points``
+    sorted)."""
+    if len(idle) < iv.SMALL:  # a walk beats numpy's per-call cost
+        out, done, k = [], 0, 0
+        for at in points:
+            while k < len(idle) and idle[k][1] <= at:
+                done += idle[k][1] - idle[k][0]
+                k += 1
+            out.append(done + (max(0, at - idle[k][0]) if k < len(idle) else 0))
+        return out
     spans = np.asarray(idle, dtype=np.int64)
     starts, ends = spans[:, 0], spans[:, 1]
-    done = np.r_[0, np.cumsum(ends - starts)]  # idle in the first k stretches
-    at = np.asarray(points, dtype=np.int64)
-    k = np.searchsorted(ends, at, side="right")  # stretches over by then
-    partial = np.where(k < len(starts), np.clip(at - starts[np.minimum(k, len(starts) - 1)], 0, None), 0)
-    return (done[k] + partial).tolist()
+    done_by = np.r_[0, np.cumsum(ends - starts)]  # idle in the first k stretches
+    at_all = np.asarray(points, dtype=np.int64)
+    ks = np.searchsorted(ends, at_all, side="right")  # stretches over by then
+    partial = np.where(ks < len(starts), np.clip(at_all - starts[np.minimum(ks, len(starts) - 1)], 0, None), 0)
+    return (done_by[ks] + partial).tolist()

@@ -24,13 +24,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytest_gpuprof.metrics import NVML_SCALARS, SCALARS, STEP_SCALARS
-from pytest_gpuprof.text import FRACTIONS
+from pytest_gpuprof import whatif
+from pytest_gpuprof.metrics import NVML_SCALARS, SCALARS, STEP_SCALARS, WHAT_IF_SCALARS
+from pytest_gpuprof.text import FRACTIONS, is_fraction
 
 ALPHA = 0.05
 EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
 
-_EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
+# the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
+_EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.:\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
 
 
 class CompareError(ValueError):
@@ -74,12 +76,13 @@ def parse_thresholds(text: str) -> list[Threshold]:
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise CompareError(
                 f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {', '.join(SCALARS)}, "
-                f"steps.NAME.{{{','.join(STEP_SCALARS)}}}, nvml.{{{','.join(NVML_SCALARS)}}}"
+                f"steps.NAME.{{{','.join(STEP_SCALARS)}}}, nvml.{{{','.join(NVML_SCALARS)}}}, "
+                f"what_if.SCENARIO.{{{','.join(WHAT_IF_SCALARS)}}}"
             )
-        if unit == "pt" and metric not in FRACTIONS:
+        if unit == "pt" and not is_fraction(metric):
             raise CompareError(
                 f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
-                f"{', '.join(FRACTIONS)}"
+                f"{', '.join(FRACTIONS)}, what_if.SCENARIO.utilization"
             )
         direction: Literal[1, -1] = 1 if match["sign"] == "+" else -1
         out.append(Threshold(metric, direction, float(match["amount"]), unit, part))  # type: ignore[arg-type]
@@ -89,12 +92,16 @@ def parse_thresholds(text: str) -> list[Threshold]:
 
 
 def known_metric(path: str) -> bool:
-    """Whether ``path`` names a metric of the report: ``wall_ms``, ``steps.upload.gbps``, ``nvml.util_mean``."""
+    """Whether ``path`` names a metric of the report: ``wall_ms``, ``steps.upload.gbps``,
+    ``nvml.util_mean``, ``what_if.overlap:upload.utilization``."""
     if path in SCALARS:
         return True
     head, _, rest = path.partition(".")
     if head == "nvml":
         return rest in NVML_SCALARS
+    if head == "what_if":
+        scenario, _, key = rest.rpartition(".")
+        return whatif.SCENARIO.match(scenario) is not None and key in WHAT_IF_SCALARS
     step, _, key = rest.rpartition(".")
     return head == "steps" and bool(step) and key in STEP_SCALARS
 
@@ -128,7 +135,7 @@ class Change:
 
 
 def _formatter(metric: str) -> Callable[..., str]:
-    if metric in FRACTIONS:
+    if is_fraction(metric):
         return lambda v, signed=False: f"{100 * v:+.2f}pt" if signed else f"{100 * v:.2f}%"
     return lambda v, signed=False: f"{v:+.3f}" if signed else f"{v:.3f}"
 
@@ -213,11 +220,11 @@ def _lookup(metrics: dict[str, Any], path: str) -> float | None:
 
 
 def _split_path(path: str) -> list[str]:
-    # steps.NAME.key: a step name may itself contain dots
-    if path.startswith("steps."):
-        rest = path[len("steps.") :]
-        name, _, key = rest.rpartition(".")
-        return ["steps", name, key]
+    # steps.NAME.key and what_if.SCENARIO.key: a step name may itself contain dots
+    for head in ("steps", "what_if"):
+        if path.startswith(f"{head}."):
+            name, _, key = path[len(head) + 1 :].rpartition(".")
+            return [head, name, key]
     return path.split(".")
 
 

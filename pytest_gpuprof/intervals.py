@@ -1,7 +1,8 @@
 """Interval arithmetic on half-open ``[start, end)`` nanosecond intervals.
 
 Pure functions on plain tuples; everything the metrics need and nothing more. A window
-can hold a hundred thousand kernels, so union and clip work on numpy arrays inside.
+can hold a hundred thousand kernels, so union and clip work on numpy arrays inside, and
+on plain Python for the few intervals of a step or a copy.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 Interval = tuple[int, int]
+# below this many intervals, plain Python is faster than numpy's per-call cost
+SMALL = 64
 
 
 def _array(intervals: Iterable[Interval]) -> np.ndarray:
@@ -24,7 +27,17 @@ def _pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint, non-touching intervals covering exactly the input's points."""
-    spans = _array(intervals)
+    listed = intervals if isinstance(intervals, list) else list(intervals)
+    if len(listed) < SMALL:
+        out: list[Interval] = []
+        for s, e in sorted(i for i in listed if i[1] > i[0]):
+            if out and s <= out[-1][1]:
+                if e > out[-1][1]:
+                    out[-1] = (out[-1][0], e)
+            else:
+                out.append((s, e))
+        return out
+    spans = _array(listed)
     spans = spans[spans[:, 1] > spans[:, 0]]
     if not len(spans):
         return []
@@ -38,8 +51,12 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
 
 def clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
     """The parts of ``intervals`` inside ``window``; empty parts dropped."""
-    spans = _array(intervals)
-    starts, ends = np.maximum(spans[:, 0], window[0]), np.minimum(spans[:, 1], window[1])
+    listed = intervals if isinstance(intervals, list) else list(intervals)
+    lo, hi = window
+    if len(listed) < SMALL:
+        return [(max(s, lo), min(e, hi)) for s, e in listed if min(e, hi) > max(s, lo)]
+    spans = _array(listed)
+    starts, ends = np.maximum(spans[:, 0], lo), np.minimum(spans[:, 1], hi)
     inside = ends > starts
     return _pairs(starts[inside], ends[inside])
 

@@ -8,13 +8,15 @@ which step each kernel-idle stretch is charged to, is ``attribution``'s (docs/de
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from pytest_gpuprof import intervals as iv
+from pytest_gpuprof import whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
 from pytest_gpuprof.model import UNATTRIBUTED, DeviceInterval, Sample, Span, Timeline, Truth
 from pytest_gpuprof.stats import Summary
+from pytest_gpuprof.whatif import Prediction
 
 NS_PER_MS = 1_000_000
 
@@ -71,6 +73,8 @@ class Metrics:
     notes: tuple[str, ...] = ()
     # why the device figures are None: the source saw none of the window's device work
     unseen: str | None = None
+    # predicted wall and utilization by scenario (``whatif``): overlap:STEP, pinned:STEP
+    what_if: Mapping[str, Prediction] = field(default_factory=dict)
 
     def flat(self) -> dict[str, float]:
         """Every numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -89,6 +93,9 @@ class Metrics:
                 value = getattr(self.nvml, key)
                 if value is not None:
                     out[f"nvml.{key}"] = float(value)
+        for scenario, prediction in self.what_if.items():
+            for key in WHAT_IF_SCALARS:
+                out[f"what_if.{scenario}.{key}"] = float(getattr(prediction, key))
         return out
 
     def idle_by_step(self) -> list[tuple[str, float]]:
@@ -111,6 +118,7 @@ class Metrics:
             **({"nvml": self.nvml.to_dict()} if self.nvml is not None else {}),
             **({"notes": list(self.notes)} if self.notes else {}),
             **({"unseen": self.unseen} if self.unseen else {}),
+            **({"what_if": {k: p.to_dict() for k, p in self.what_if.items()}} if self.what_if else {}),
         }
 
 
@@ -127,10 +135,12 @@ SCALARS = (
 )
 STEP_SCALARS = ("count", "host_ms", "host_ms_max", "idle_ms", "bytes", "gbps")
 NVML_SCALARS = ("util_mean", "power_mean_w", "power_max_w", "mem_used_max_bytes")
+WHAT_IF_SCALARS = ("wall_ms", "utilization")
 
 
-def compute(timeline: Timeline) -> Metrics:
-    """All metrics of one window."""
+def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
+    """All metrics of one window; ``pinned_gbps``: the device's pinned copy rate, asked
+    for only where a step read pageable memory (``what_if``'s ``pinned:STEP``)."""
     window = (timeline.start, timeline.end)
     wall = max(timeline.end - timeline.start, 0)
     reported: float | None = None
@@ -142,19 +152,18 @@ def compute(timeline: Timeline) -> Metrics:
     kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
     copies = [(d.start, d.end) for d in timeline.device if d.kind == "memcpy"]
     busy_spans = [(d.start, d.end) for d in timeline.device]
-    kernel_union = iv.union(iv.clip(kernels, window))
-    kernel_ns = sum(e - s for s, e in kernel_union)
     busy_ns = iv.covered_length(busy_spans, window)
     copy_ns = iv.covered_length(copies, window)
+    seen = _whatif_window(timeline, kernels)
+    kernel_ns = seen.kernel_ns
 
-    work = work_by_step(timeline.steps, timeline.device)
     names = {s.span_id: s.name for s in timeline.steps}
     transfers: dict[str, list[iv.Interval]] = defaultdict(list)
-    for span_id, done in work.items():
+    for span_id, done in seen.work.items():
         if span_id in names:  # tagged by a step outside the window: its work is nobody's here
             transfers[names[span_id]] += [(d.start, d.end) for d in done if d.kind != "kernel"]
-    idle = iv.gaps(kernel_union, window)
-    charged, unattributed = attribute_idle(timeline.steps, idle, transfers)
+    charged, unattributed = attribute_idle(timeline.steps, seen.idle, transfers)
+    scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
     return Metrics(
@@ -170,9 +179,30 @@ def compute(timeline: Timeline) -> Metrics:
         unattributed_ms=unattributed / NS_PER_MS,
         kernels=len(iv.clip(kernels, window)),
         truth=timeline.truth,
-        steps=_step_metrics(timeline.steps, work, charged, window),
+        steps=_step_metrics(timeline.steps, seen.work, charged, window),
         nvml=nvml_metrics(timeline.samples, window),
-        notes=(*timeline.notes, *_declared_against_copied(timeline.steps, work, window)),
+        notes=(*timeline.notes, *_declared_against_copied(timeline.steps, seen.work, window)),
+        what_if={name: p for name, p in scenarios.items() if p is not None},
+    )
+
+
+def what_if(timeline: Timeline, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
+    """One scenario's prediction for a measured window (``None`` where it does not apply)."""
+    kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
+    return whatif.predict(_whatif_window(timeline, kernels), scenario, pinned_gbps)
+
+
+def _whatif_window(timeline: Timeline, kernels: list[iv.Interval]) -> whatif.Window:
+    """The window as attribution and the scenarios see it: kernel time, idle, work by step."""
+    window = (timeline.start, timeline.end)
+    kernel_union = iv.union(iv.clip(kernels, window))
+    return whatif.Window(
+        start=timeline.start,
+        end=timeline.end,
+        kernel_ns=sum(e - s for s, e in kernel_union),
+        idle=iv.gaps(kernel_union, window),
+        steps=timeline.steps,
+        work=work_by_step(timeline.steps, timeline.device),
     )
 
 
@@ -350,6 +380,10 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         rounds=summaries,
         notes=last.notes,
         unseen=next((m.unseen for m in rounds if m.unseen), None),
+        what_if={
+            name: Prediction(med(f"what_if.{name}.wall_ms"), med(f"what_if.{name}.utilization"))
+            for name in last.what_if
+        },
     )
 
 

@@ -23,6 +23,7 @@ from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 from pytest_gpuprof.text import GIB, failure_message
+from pytest_gpuprof.whatif import Prediction
 
 _span_ids = itertools.count(1)
 
@@ -66,6 +67,7 @@ class Profiler:
         warmup: int = 1,
         sampler: Sampler | None = None,
         enforce: bool = False,
+        pinned_gbps: Callable[[], float] | None = None,
     ) -> None:
         self.backend = backend
         self.budget = budget or Budget()
@@ -74,6 +76,8 @@ class Profiler:
         self.sampler = sampler
         self.windows: list[Window] = []
         self.enforce = enforce
+        # the device's calibrated pinned copy rate, for what-if predictions of pageable steps
+        self.pinned_gbps = pinned_gbps
         # device memory held when the test started: what it must give back by its end
         self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
@@ -125,7 +129,7 @@ class Profiler:
             if collecting:
                 gc.enable()
         timeline = self._timeline(start, end)
-        out.append(Window(label, metrics_mod.compute(timeline), timeline))
+        out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
         if not self.measuring:
             self._reset()
 
@@ -241,7 +245,7 @@ class Profiler:
             launched = {s.span_id for s in spans}
             tail = [d.end for d in self._device if d.span_id in launched or start <= d.start < end]
         timeline = self._timeline(start, max([end, *tail]))
-        return Window("test", metrics_mod.compute(timeline), timeline)
+        return Window("test", metrics_mod.compute(timeline, self.pinned_gbps), timeline)
 
     @property
     def metrics(self) -> Metrics | None:
@@ -250,6 +254,16 @@ class Profiler:
             return self.windows[-1].metrics
         window = self.whole_test()
         return window.metrics if window else None
+
+    def what_if(self, scenario: str) -> Prediction | None:
+        """The predicted wall time and utilization of the latest window (or of the test so
+        far) under ``scenario``: ``overlap:STEP``, ``pinned:STEP`` or ``faster:STEP:F``;
+        ``None`` where it does not apply. The window's own ``Metrics.what_if`` holds the
+        default scenarios already."""
+        window = self.windows[-1] if self.windows else self.whole_test()
+        if window is None or window.timeline is None:
+            raise ValueError(f"gpuprof.what_if({scenario!r}): nothing measured yet")
+        return metrics_mod.what_if(window.timeline, scenario, self.pinned_gbps)
 
     def check(self, **limits: Any) -> Metrics:
         """Assert a budget now on the latest ``measure()`` result, or on the test so far.

@@ -110,6 +110,7 @@ class GpuSession:
             warmup=s.warmup,
             sampler=self.runtime.sampler,
             enforce=s.enforce,
+            pinned_gbps=lambda: self.device.h2d_gbps,
         )
 
     def record(self, nodeid: str, profiler: Profiler, windows: list[Window]) -> Verdict:

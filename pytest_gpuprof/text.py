@@ -24,7 +24,7 @@ DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
 
 
 def is_fraction(metric: str) -> bool:
-    return metric in FRACTIONS
+    return metric in FRACTIONS or (metric.startswith("what_if.") and metric.endswith(".utilization"))
 
 
 def ms(x: float | None) -> str:
@@ -96,6 +96,16 @@ def explain(metrics: Metrics) -> list[str]:
         points = 100 * (claimed - metrics.utilization)
         verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
         lines.append(" and ".join(observers) + f": {verdict}")
+    if metrics.what_if:
+        from pytest_gpuprof.whatif import describe
+
+        lines.append(
+            "what if: "
+            + "; ".join(
+                f"{describe(name)} -> ~{pct(p.utilization)} (wall ~{p.wall_ms:.0f} ms)"
+                for name, p in metrics.what_if.items()
+            )
+        )
     # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
     lines += [f"note: {note}" for note in metrics.notes]
     return lines

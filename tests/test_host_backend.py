@@ -243,3 +243,21 @@ def test_an_asynchronous_upload_returns_at_once_and_its_idle_is_charged_to_it():
         workload.close()
     finally:
         backend.close()
+
+
+def test_the_single_locks_overlap_prediction_meets_the_two_lock_run():
+    from pytest_gpuprof.clock import VirtualClock
+
+    backend = HostBackend(VirtualClock())
+    try:
+        profiler = Profiler(backend, budget=Budget())
+        workload = GpuWorkload(profiler, GpuDevice(backend, backend.info()), rounds=1, warmup=0)
+        single = workload.partitions(n=8, upload_bytes=16 * MIB, strategy="single-lock")
+        two = workload.partitions(n=8, upload_bytes=16 * MIB, strategy="two-lock")
+        predicted = single.what_if["overlap:upload"]
+        assert single.utilization < 0.7 < two.utilization
+        assert predicted.utilization == pytest.approx(two.utilization, abs=0.10)
+        assert predicted.wall_ms == pytest.approx(two.wall_ms, rel=0.10)
+        workload.close()
+    finally:
+        backend.close()

@@ -1,9 +1,18 @@
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof import intervals as iv
+
+
+@pytest.fixture(autouse=True, params=["python", "numpy"])
+def path(request, monkeypatch):
+    """Every property on both paths: plain Python for few intervals, numpy for many."""
+    if request.param == "numpy":
+        monkeypatch.setattr(iv, "SMALL", 0)
+
 
 GRID = 60
 interval = st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(lambda t: (min(t), max(t)))

@@ -104,6 +104,17 @@ def test_empty_window_is_all_zero_not_a_division_error():
     assert (m.wall_ms, m.utilization, m.overhead_ms) == (0, 0.0, 0)
 
 
+@pytest.fixture(params=["python", "numpy"], scope="module")
+def both_paths(request):
+    """Plain Python for few intervals, numpy for many: both against the reference."""
+    from pytest_gpuprof import intervals
+
+    saved = intervals.SMALL
+    intervals.SMALL = saved if request.param == "python" else 0
+    yield
+    intervals.SMALL = saved
+
+
 # property: attribution against a brute-force reference on a grid
 def spans_of(draws):
     """Steps as context managers make them: on each thread, opened and closed in LIFO order."""
@@ -178,7 +189,7 @@ def brute_force(timeline):
     st.lists(transfer_strategy, max_size=4),
     st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
 )
-def test_attribution_matches_brute_force(steps, kernels, transfers, window):
+def test_attribution_matches_brute_force(both_paths, steps, kernels, transfers, window):
     timeline = Timeline(window[0], window[1], "host", tuple(steps), (), (*kernels, *transfers))
     # metrics are in ms; scale back to grid units
     m = metrics.compute(timeline)

@@ -1,0 +1,163 @@
+"""What a redesign would give, predicted from the window the run already has. Pure code.
+
+The window is cut into units, one per instance of the step in question (each of its
+steps, in the order its device work began). A unit runs from the start of that work to
+the start of the next unit's; its time is the step's own device work (``A``) and the
+rest (``B``: kernels, other steps, host time), where the part of the step's work that
+the kernels waited for (its kernel-idle) is what the rest lost to it. Scenarios replay
+the units:
+
+- ``overlap:STEP``: the step's work on its own engine, as a two-stage pipeline (the
+  kernels of unit i still wait for the step's work of unit i; the work of unit i+1 may
+  run under the rest of unit i, one unit at a time on its engine): the flow shop
+  ``a_i = a_{i-1} + A_i``, ``b_i = max(b_{i-1}, a_i) + B_i``.
+- ``pinned:STEP``: a step whose copies read pageable memory, its copies at the pinned
+  rate: the kernel-idle they caused shrinks with them.
+- ``faster:STEP:F``: the step's kernels and the kernel-idle charged to it, F times shorter.
+
+Kernels keep their time, so a prediction's utilization is the window's kernel time over
+its predicted wall time. docs/design.md, "What if".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from pytest_gpuprof import intervals as iv
+from pytest_gpuprof.model import DeviceInterval, Span
+
+NS_PER_MS = 1_000_000
+SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    wall_ms: float
+    utilization: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What the scenarios need of a measured window."""
+
+    start: int
+    end: int
+    kernel_ns: int
+    idle: Sequence[iv.Interval]  # kernel-idle stretches, sorted and disjoint
+    steps: Sequence[Span]
+    work: Mapping[int, Sequence[DeviceInterval]]  # device work by the span_id that issued it
+
+    @property
+    def wall(self) -> int:
+        return self.end - self.start
+
+    def predict(self, wall: float, kernel_ns: float | None = None) -> Prediction:
+        kernels = self.kernel_ns if kernel_ns is None else kernel_ns
+        wall = min(max(wall, kernels), self.wall)  # never longer than measured, never shorter than its kernels
+        return Prediction(wall / NS_PER_MS, kernels / wall if wall > 0 else 0.0)
+
+
+def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
+    """The scenarios worth computing: ``overlap`` for each step that holds kernel-idle and
+    moved data on the device, ``pinned`` for those of them that read pageable memory."""
+    names = {s.span_id: s.name for s in window.steps}
+    moving: dict[str, bool] = {}
+    for span_id, done in window.work.items():
+        name = names.get(span_id)
+        for d in done:
+            if d.kind != "kernel" and name is not None and charged.get(name, 0) > 0:
+                moving[name] = moving.get(name, False) or d.pageable
+    return [f"overlap:{n}" for n in sorted(moving)] + [f"pinned:{n}" for n in sorted(moving) if moving[n]]
+
+
+def predict(window: Window, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
+    """The scenario's prediction, or ``None`` where it does not apply (no such step, no
+    work of it, no pinned rate known)."""
+    match = SCENARIO.match(scenario)
+    if match is None:
+        raise ValueError(f"what-if scenario {scenario!r}: expected overlap:STEP, pinned:STEP or faster:STEP:F")
+    if match["faster"] is not None:
+        return _faster(window, match["faster"], float(match["factor"]))
+    units = _units(window, match["step"])
+    if not units:
+        return None
+    if match["kind"] == "overlap":
+        return _overlap(window, units)
+    if pinned_gbps is None:
+        return None
+    return _pinned(window, units, pinned_gbps)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    start: int
+    end: int
+    work: list[DeviceInterval]  # the step's copies and memsets
+    a: int  # their device time
+    waited: int  # the kernel-idle while they ran, inside the unit
+
+
+def _units(window: Window, step: str) -> list[_Unit]:
+    spans = [s for s in window.steps if s.name == step]
+    moved = sorted(
+        ([d for d in window.work.get(s.span_id, ()) if d.kind != "kernel"] for s in spans),
+        key=lambda done: min((d.start for d in done), default=0),
+    )
+    moved = [done for done in moved if done]
+    starts = [max(min(d.start for d in done), window.start) for done in moved]
+    units = []
+    for i, done in enumerate(moved):
+        lo, hi = starts[i], starts[i + 1] if i + 1 < len(moved) else window.end
+        busy = iv.union(iv.clip([(d.start, d.end) for d in done], (window.start, window.end)))
+        waited = sum(e - s for s, e in iv.intersect(iv.intersect(window.idle, busy), [(lo, hi)]))
+        units.append(_Unit(lo, hi, done, sum(e - s for s, e in busy), waited))
+    return units
+
+
+def _overlap(window: Window, units: Sequence[_Unit]) -> Prediction:
+    head = units[0].start - window.start
+    engine = rest = head
+    for unit in units:
+        engine += unit.a
+        rest = max(rest, engine) + (unit.end - unit.start - unit.waited)
+    return window.predict(rest)
+
+
+def _pinned(window: Window, units: Sequence[_Unit], pinned_gbps: Callable[[], float]) -> Prediction | None:
+    if not any(d.pageable for u in units for d in u.work):
+        return None
+    rate = pinned_gbps()  # bytes per ns
+    saved = 0.0
+    for unit in units:
+        pinned = sum(d.bytes / rate if d.pageable else d.end - d.start for d in unit.work)
+        if unit.a > 0:
+            saved += unit.waited * max(0.0, 1 - pinned / unit.a)
+    return window.predict(window.wall - saved)
+
+
+def _faster(window: Window, step: str, factor: float) -> Prediction | None:
+    spans = [s for s in window.steps if s.name == step]
+    if not spans or factor <= 0:
+        return None
+    ids = {s.span_id for s in spans}
+    kernels = iv.length((d.start, d.end) for i in ids for d in window.work.get(i, ()) if d.kind == "kernel")
+    # the kernel-idle while one of the step's spans was open on its thread, or its work ran
+    busy = iv.union([(s.start, s.end) for s in spans] + [(d.start, d.end) for i in ids for d in window.work.get(i, ())])
+    idle = sum(e - s for s, e in iv.intersect(window.idle, busy))
+    cut = (1 - 1 / factor) * (kernels + idle)
+    return window.predict(window.wall - cut, window.kernel_ns - (1 - 1 / factor) * kernels)
+
+
+def describe(scenario: str) -> str:
+    """How a scenario reads in a message: 'upload overlapped with compute'."""
+    match = SCENARIO.match(scenario)
+    if match is None:
+        return scenario
+    if match["faster"] is not None:
+        return f"{match['faster']} {match['factor']}x faster"
+    return f"{match['step']} overlapped with the kernels" if match["kind"] == "overlap" else f"{match['step']} pinned"
