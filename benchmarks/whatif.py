@@ -1,7 +1,7 @@
 """What the what-if scenarios cost: a 1,000-window run with and without them.
 
 Run on a CUDA machine (or ``--host``): ``python benchmarks/whatif.py``. One process
-measures 1,000 one-round windows of a small asynchronous upload and a short kernel
+measures 1,000 one-round windows of a 16 MiB asynchronous upload and 1 ms of kernels
 (each window holds an ``overlap:upload`` prediction), twice with the scenarios and twice
 without (``whatif.defaults`` returning none), in turns; prints the run times and the
 difference. Then the time of one ``metrics.compute`` of a seed-pipeline window, with and
@@ -35,8 +35,8 @@ def main() -> None:
         backend.prepare()
 
         def window() -> None:
-            workload.upload(1 << 20, non_blocking=True)
-            workload.compute(ms=0.2, kind="matmul")
+            workload.upload(16 << 20, non_blocking=True)
+            workload.compute(ms=1.0, kind="matmul")
 
         profiler.measure(window, rounds=20, warmup=5)
         runs: dict[bool, list[float]] = {True: [], False: []}

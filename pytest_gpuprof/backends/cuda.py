@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof.backends import DeviceInfo
-from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernels
+from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.model import DeviceInterval, Truth
 
@@ -192,8 +192,13 @@ class CudaBackend:
         for kind in KINDS:
             self._kernels.sizes(kind)
 
+    def kernel_sizes(self, kind: str) -> tuple[Kernel, Kernel]:
+        """The large and small kernel of ``kind`` that ``compute`` launches, with their
+        calibrated device times."""
+        return self._kernels.sizes(kind)
+
     def compute(self, ms: float, *, kind: str = "fft", stream: Any = None) -> None:
-        large, small = self._kernels.sizes(kind)
+        large, small = self.kernel_sizes(kind)
         n_large = int(ms // large.ms)
         n_small = max(0, round((ms - n_large * large.ms) / small.ms))
         if n_large == 0 and n_small == 0:
