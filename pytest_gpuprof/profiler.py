@@ -337,14 +337,16 @@ class _SpanScope:
         profiler = self._profiler
         is_step = self._into is profiler._steps
         backend = profiler.backend
+        # The backend's edge work (CUPTI's marks, CUDA events) lies inside the span: the
+        # work the step issues is then between its marks, however long they take.
+        self._start = self._now()
         self._token = backend.open_span(span_id, self._stream, copy=self._bytes is not None) if is_step else None
         self._stream_id = backend.stream_id(self._stream) if self._stream is not None else None
-        self._start = self._now()
 
     def __exit__(self, *exc: object) -> None:
-        end = self._now()
         if self._token is not None:
             self._profiler.backend.close_span(self._token)
+        end = self._now()
         pop_span(self._stack, self._span_id)
         if threading.get_native_id() != self._thread:
             raise RuntimeError(
