@@ -27,6 +27,7 @@ class StepBudget:
     max_idle_ms: float | None = None
     min_gbps: float | None = None
     pageable: Literal["forbid", "allow"] | None = None
+    min_sm_utilization: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class Budget:
     min_utilization: float | None = None
     max_overhead_ms: float | None = None
     max_discrepancy: float | None = None
+    min_sm_utilization: float | None = None
     steps: Mapping[str, StepBudget] = field(default_factory=dict)
 
     @property
@@ -71,8 +73,14 @@ _TOP_KEYS = {
     "min_utilization": Number(0.0, 1.0),
     "max_overhead_ms": Number(0.0),
     "max_discrepancy": Number(0.0, 1.0),
+    "min_sm_utilization": Number(0.0, 1.0),
 }
-_STEP_KEYS = {"max_ms": Number(0.0), "max_idle_ms": Number(0.0), "min_gbps": Number(0.0)}
+_STEP_KEYS = {
+    "max_ms": Number(0.0),
+    "max_idle_ms": Number(0.0),
+    "min_gbps": Number(0.0),
+    "min_sm_utilization": Number(0.0, 1.0),
+}
 _PAGEABLE = ("forbid", "allow")
 
 
@@ -120,43 +128,64 @@ class Breach:
 
 
 def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
-    """Every limit of ``budget`` that ``metrics`` breaches, in the budget's order."""
-    breaches: list[Breach] = []
-    utilization, overhead = metrics.utilization, metrics.overhead_ms
-    if budget.min_utilization is not None and utilization is not None and utilization < budget.min_utilization:
-        breaches.append(Breach("utilization", utilization, budget.min_utilization, "min", "min_utilization"))
-    if budget.max_overhead_ms is not None and overhead is not None and overhead > budget.max_overhead_ms:
-        breaches.append(Breach("overhead_ms", overhead, budget.max_overhead_ms, "max", "max_overhead_ms"))
-    if (
-        budget.max_discrepancy is not None
-        and metrics.discrepancy is not None
-        and metrics.discrepancy > budget.max_discrepancy
-    ):
-        breaches.append(Breach("discrepancy", metrics.discrepancy, budget.max_discrepancy, "max", "max_discrepancy"))
+    """Every limit of ``budget`` that ``metrics`` breaches, in the budget's order; a limit
+    on a figure that was not measured (``None``) is neither kept nor breached
+    (``not_measured`` says so)."""
+    checks: list[tuple[float | None, float | None, str, Literal["min", "max"], str]] = [
+        (budget.min_utilization, metrics.utilization, "utilization", "min", "min_utilization"),
+        (budget.max_overhead_ms, metrics.overhead_ms, "overhead_ms", "max", "max_overhead_ms"),
+        (budget.max_discrepancy, metrics.discrepancy, "discrepancy", "max", "max_discrepancy"),
+        (budget.min_sm_utilization, metrics.sm_utilization, "sm_utilization", "min", "min_sm_utilization"),
+    ]
+    breaches = _breached(checks)
     for name, limits in budget.steps.items():
         step = metrics.steps.get(name)
         if step is None:
             continue
         base = f"steps.{name}"
-        if limits.max_ms is not None and step.host_ms > limits.max_ms:
-            breaches.append(Breach(f"{base}.host_ms", step.host_ms, limits.max_ms, "max", f"{base}.max_ms"))
-        if limits.max_idle_ms is not None and step.idle_ms is not None and step.idle_ms > limits.max_idle_ms:
-            breaches.append(Breach(f"{base}.idle_ms", step.idle_ms, limits.max_idle_ms, "max", f"{base}.max_idle_ms"))
-        if limits.min_gbps is not None and step.gbps is not None and step.gbps < limits.min_gbps:
-            breaches.append(Breach(f"{base}.gbps", step.gbps, limits.min_gbps, "min", f"{base}.min_gbps"))
+        breaches += _breached(
+            [
+                (limits.max_ms, step.host_ms, f"{base}.host_ms", "max", f"{base}.max_ms"),
+                (limits.max_idle_ms, step.idle_ms, f"{base}.idle_ms", "max", f"{base}.max_idle_ms"),
+                (limits.min_gbps, step.gbps, f"{base}.gbps", "min", f"{base}.min_gbps"),
+                (
+                    limits.min_sm_utilization,
+                    step.sm_utilization,
+                    f"{base}.sm_utilization",
+                    "min",
+                    f"{base}.min_sm_utilization",
+                ),
+            ]
+        )
         if limits.pageable == "forbid" and step.pageable:
             breaches.append(Breach(f"{base}.pageable", 1.0, "forbid", "forbid", f"{base}.pageable"))
     return breaches
 
 
+def _breached(checks: list[tuple[float | None, float | None, str, Literal["min", "max"], str]]) -> list[Breach]:
+    return [
+        Breach(metric, value, limit, kind, key)
+        for limit, value, metric, kind, key in checks
+        if limit is not None and value is not None and (value < limit if kind == "min" else value > limit)
+    ]
+
+
 def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
     """The limits of ``budget`` that ``metrics`` cannot be judged on, each with the reason:
     neither kept nor breached, and said so."""
-    if metrics.unseen is None:
-        return []
-    keys = [k for k in ("min_utilization", "max_overhead_ms") if getattr(budget, k) is not None]
-    keys += [f"steps.{name}.max_idle_ms" for name, limits in budget.steps.items() if limits.max_idle_ms is not None]
-    return [f"{key} not measured: {metrics.unseen}" for key in keys]
+    out = []
+    if metrics.unseen is not None:
+        keys = [k for k in ("min_utilization", "max_overhead_ms") if getattr(budget, k) is not None]
+        keys += [f"steps.{n}.max_idle_ms" for n, limits in budget.steps.items() if limits.max_idle_ms is not None]
+        out += [f"{key} not measured: {metrics.unseen}" for key in keys]
+    if budget.min_sm_utilization is not None and metrics.sm_utilization is None:
+        out.append(f"min_sm_utilization not measured: {metrics.sm_unseen or 'no kernel ran'}")
+    for name, limits in budget.steps.items():
+        step = metrics.steps.get(name)
+        if limits.min_sm_utilization is not None and step is not None and step.sm_utilization is None:
+            why = metrics.sm_unseen or "the step issued no kernel"
+            out.append(f"steps.{name}.min_sm_utilization not measured: {why}")
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,10 @@ def records_of(
         end = (t["end"].astype(np.int64) - offset_ns).tolist()
         thread, issued = _issuing_calls(t, calls)
         columns = ([kind] * count, start, end, t["stream_id"].tolist(), labels, nbytes, pageable)
-        out += itertools.starmap(DeviceInterval, zip(*columns, itertools.repeat(None), thread, issued, strict=False))
+        shape = _geometry(t) if kind == "kernel" else ()
+        out += itertools.starmap(
+            DeviceInterval, zip(*columns, itertools.repeat(None), thread, issued, *shape, strict=False)
+        )
     return out
 
 
@@ -173,3 +176,19 @@ def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[list[
     middle = (calls["returned"][before] + calls["issued"][at]) // 2
     issued = np.where(own, calls["issued"][at], np.where(between, middle, 0))
     return thread.tolist(), issued.tolist()
+
+
+_GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
+
+
+def _geometry(kernels: np.ndarray) -> tuple[list[int], ...]:
+    """Blocks, threads per block, registers per thread and shared bytes per block of each
+    kernel record (none where the record version lacks them)."""
+    names = kernels.dtype.names or ()
+    if not all(n in names for n in (*_GEOMETRY, "static_shared_memory", "dynamic_shared_memory")):
+        return ()
+    wide = {n: kernels[n].astype(np.int64) for n in _GEOMETRY}
+    blocks = wide["grid_x"] * wide["grid_y"] * wide["grid_z"]
+    threads = wide["block_x"] * wide["block_y"] * wide["block_z"]
+    shared = kernels["static_shared_memory"].astype(np.int64) + kernels["dynamic_shared_memory"].astype(np.int64)
+    return blocks.tolist(), threads.tolist(), wide["registers_per_thread"].tolist(), shared.tolist()

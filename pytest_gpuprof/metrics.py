@@ -12,29 +12,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof import whatif
+from pytest_gpuprof import sm_metrics, whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
-from pytest_gpuprof.model import UNATTRIBUTED, DeviceInterval, Sample, Span, Timeline, Truth
+from pytest_gpuprof.model import UNATTRIBUTED, Sample, Timeline, Truth
+from pytest_gpuprof.sm_metrics import KernelSummary
 from pytest_gpuprof.stats import Summary
+from pytest_gpuprof.step_metrics import StepMetrics, declared_against_copied, step_metrics
 from pytest_gpuprof.whatif import Prediction
 
 NS_PER_MS = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class StepMetrics:
-    """One host step's figures in a window."""
-
-    count: int
-    host_ms: float
-    host_ms_max: float
-    idle_ms: float | None
-    bytes: int
-    gbps: float | None
-    pageable: bool
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +61,10 @@ class Metrics:
     unseen: str | None = None
     # predicted wall and utilization by scenario (``whatif``): overlap:STEP, pinned:STEP
     what_if: Mapping[str, Prediction] = field(default_factory=dict)
+    # kernel time weighted by the SMs the grids covered, over the wall (``sm_metrics``)
+    sm_utilization: float | None = None
+    sm_unseen: str | None = None  # why it is None
+    top_kernels: tuple[KernelSummary, ...] = ()
 
     def flat(self) -> dict[str, float]:
         """Every numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -119,6 +109,8 @@ class Metrics:
             **({"notes": list(self.notes)} if self.notes else {}),
             **({"unseen": self.unseen} if self.unseen else {}),
             **({"what_if": {k: p.to_dict() for k, p in self.what_if.items()}} if self.what_if else {}),
+            **({"sm_unseen": self.sm_unseen} if self.sm_unseen else {}),
+            **({"top_kernels": [k.to_dict() for k in self.top_kernels]} if self.top_kernels else {}),
         }
 
 
@@ -132,8 +124,9 @@ SCALARS = (
     "reported_utilization",
     "discrepancy",
     "overhead_ms",
+    "sm_utilization",
 )
-STEP_SCALARS = ("count", "host_ms", "host_ms_max", "idle_ms", "bytes", "gbps")
+STEP_SCALARS = ("count", "host_ms", "host_ms_max", "idle_ms", "bytes", "gbps", "sm_utilization")
 NVML_SCALARS = ("util_mean", "power_mean_w", "power_max_w", "mem_used_max_bytes")
 WHAT_IF_SCALARS = ("wall_ms", "utilization")
 
@@ -166,6 +159,11 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
+    kernel_work = [d for d in timeline.device if d.kind == "kernel"]
+    reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
+    sm_utilization = None
+    if reason is None and timeline.sm is not None:
+        sm_utilization = min(utilization, _ratio(sm_metrics.sm_weighted_ns(kernel_work, timeline.sm, window), wall))
     return Metrics(
         wall_ms=wall / NS_PER_MS,
         kernel_ms=kernel_ns / NS_PER_MS,
@@ -179,11 +177,22 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         unattributed_ms=unattributed / NS_PER_MS,
         kernels=len(iv.clip(kernels, window)),
         truth=timeline.truth,
-        steps=_step_metrics(timeline.steps, seen.work, charged, window),
+        steps=step_metrics(timeline.steps, seen.work, charged, window, timeline.sm if reason is None else None),
         nvml=nvml_metrics(timeline.samples, window),
-        notes=(*timeline.notes, *_declared_against_copied(timeline.steps, seen.work, window)),
+        notes=(*timeline.notes, *declared_against_copied(timeline.steps, seen.work, window)),
         what_if={name: p for name, p in scenarios.items() if p is not None},
+        sm_utilization=sm_utilization,
+        sm_unseen=reason,
+        top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
     )
+
+
+# why a window's SM use is not measured, by truth source (where no SM limits are known)
+_NO_SMS = {
+    "host": "the host backend runs on a CPU, which has no SMs",
+    "events": "CUDA events do not see kernels, only the span between a step's edges",
+    "cupti": "the device's SM limits are not known",
+}
 
 
 def what_if(timeline: Timeline, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
@@ -227,82 +236,12 @@ def _unseen(timeline: Timeline, wall: int, reported: float | None) -> Metrics:
         unattributed_ms=None,
         kernels=0,
         truth=timeline.truth,
-        steps=_step_metrics(timeline.steps, {}, None, (timeline.start, timeline.end)),
+        steps=step_metrics(timeline.steps, {}, None, (timeline.start, timeline.end)),
         nvml=nvml_metrics(timeline.samples, (timeline.start, timeline.end)),
         notes=(*timeline.notes, f"utilization not measured: {UNSEEN}"),
         unseen=UNSEEN,
+        sm_unseen=_NO_SMS["events"],
     )
-
-
-def _step_metrics(
-    steps: Sequence[Span],
-    work: Mapping[int, Sequence[DeviceInterval]],
-    charged: Mapping[str, float] | None,
-    window: iv.Interval,
-) -> dict[str, StepMetrics]:
-    """Each step's figures; its bytes, bandwidth and memory kind from the copies it issued
-    (``bytes=`` where it declared them and no copy of it was seen)."""
-    by_name: dict[str, list[Span]] = defaultdict(list)
-    for span in steps:
-        if iv.clip([(span.start, span.end)], window) or span.start == span.end or span.span_id in work:
-            by_name[span.name].append(span)
-    out: dict[str, StepMetrics] = {}
-    for name in sorted(by_name):
-        every = by_name[name]
-        spans = _outermost(every)
-        durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
-        copies = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "memcpy"]
-        declared = [sp.bytes for sp in spans if sp.bytes is not None]
-        copied = sum(c.bytes for c in copies)
-        nbytes = copied if copies else sum(declared)
-        copy_ns = iv.length((c.start, c.end) for c in copies)
-        host_ns = sum(durations)
-        gbps: float | None = None
-        if copies and copy_ns > 0:
-            gbps = copied / copy_ns  # bytes per ns is GB/s
-        elif nbytes and host_ns > 0:
-            gbps = nbytes / host_ns
-        out[name] = StepMetrics(
-            count=len(spans),
-            host_ms=host_ns / NS_PER_MS,
-            host_ms_max=max(durations, default=0) / NS_PER_MS,
-            idle_ms=None if charged is None else charged.get(name, 0.0) / NS_PER_MS,
-            bytes=nbytes,
-            gbps=gbps,
-            pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
-        )
-    return out
-
-
-def _declared_against_copied(
-    steps: Sequence[Span], work: Mapping[int, Sequence[DeviceInterval]], window: iv.Interval
-) -> list[str]:
-    """A note for each step whose declared ``bytes=`` differ from what its copies moved."""
-    declared: dict[str, int] = defaultdict(int)
-    copied: dict[str, int] = defaultdict(int)
-    for span in _outermost([s for s in steps if s.bytes is not None and s.end >= window[0] and s.start <= window[1]]):
-        declared[span.name] += span.bytes or 0
-    for span in steps:
-        copied[span.name] += sum(d.bytes for d in work.get(span.span_id, ()) if d.kind == "memcpy")
-    return [
-        f"step {name!r} declared {nbytes:,} bytes (bytes=) but its copies moved {copied[name]:,}"
-        for name, nbytes in sorted(declared.items())
-        if copied[name] and copied[name] != nbytes
-    ]
-
-
-def _outermost(spans: Sequence[Span]) -> list[Span]:
-    """The spans of one name less those nested in another of that name on their thread:
-    a step that opens itself again (a helper called from a helper) counts once."""
-    kept: list[Span] = []
-    enclosing: dict[int, Span] = {}  # per thread, the last span kept
-    for span in sorted(spans, key=lambda s: (s.thread, s.start, -s.end, s.depth)):
-        outer = enclosing.get(span.thread)
-        if outer is not None and span.depth > outer.depth and outer.start <= span.start and span.end <= outer.end:
-            continue
-        kept.append(span)
-        enclosing[span.thread] = span
-    return kept
 
 
 def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics | None:
@@ -348,6 +287,7 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             bytes=round(med(f"steps.{name}.bytes")),
             gbps=opt(f"steps.{name}.gbps"),
             pageable=any(name in m.steps and m.steps[name].pageable for m in rounds),
+            sm_utilization=opt(f"steps.{name}.sm_utilization"),
         )
         for name, figures in last.steps.items()
     }
@@ -384,6 +324,9 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             name: Prediction(med(f"what_if.{name}.wall_ms"), med(f"what_if.{name}.utilization"))
             for name in last.what_if
         },
+        sm_utilization=opt("sm_utilization"),
+        sm_unseen=last.sm_unseen,
+        top_kernels=last.top_kernels,
     )
 
 

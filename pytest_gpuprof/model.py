@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from pytest_gpuprof.occupancy import SmLimits
+
 UNATTRIBUTED = "unattributed"
 Truth = Literal["cupti", "events", "host"]
 DeviceKind = Literal["kernel", "memcpy", "memset"]
@@ -53,6 +55,12 @@ class DeviceInterval(NamedTuple):
     span_id: int | None = None
     thread: int = 0
     issued: int = 0
+    # a kernel's geometry (CUPTI): blocks in its grid, threads per block, registers per
+    # thread, shared memory per block in bytes; 0 where not known
+    blocks: int = 0
+    threads: int = 0
+    registers: int = 0
+    shared: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +85,5 @@ class Timeline:
     device: tuple[DeviceInterval, ...] = ()
     samples: tuple[Sample, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # the device's SMs, where the backend knows them (for ``sm_utilization``)
+    sm: SmLimits | None = None

@@ -230,6 +230,7 @@ class Profiler:
             device,
             tuple(self.sampler.samples(start, end)) if self.sampler is not None else (),
             notes,
+            self.backend.sm_limits(),
         )
 
     def whole_test(self) -> Window | None:

@@ -8,7 +8,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuprof.budget import Breach, Budget
+from pytest_gpuprof.budget import Breach, Budget, not_measured
 from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
 from pytest_gpuprof.text import describe_breach, explain, ms, pct
 
@@ -33,7 +33,7 @@ class GpuRecord:
         if not self.breaches:
             if self.budget.empty:
                 return "-"
-            return "not measured" if self.metrics.unseen else "ok"
+            return "not measured" if not_measured(self.budget, self.metrics) else "ok"
         keys = ",".join(sorted({b.key for b in self.breaches}))
         if self.xfail:
             return f"xfail: breach {keys}"

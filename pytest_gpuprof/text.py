@@ -18,13 +18,22 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 # metrics that are fractions of the wall time: shown as percentages, compared in points
-FRACTIONS = ("utilization", "busy_utilization", "reported_utilization", "discrepancy", "nvml.util_mean")
+FRACTIONS = (
+    "utilization",
+    "busy_utilization",
+    "reported_utilization",
+    "discrepancy",
+    "sm_utilization",
+    "nvml.util_mean",
+)
 # what a comparison with a baseline reports when no --gpu-compare-fail is given
 DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
 
 
 def is_fraction(metric: str) -> bool:
-    return metric in FRACTIONS or (metric.startswith("what_if.") and metric.endswith(".utilization"))
+    if metric in FRACTIONS or metric.endswith(".sm_utilization"):
+        return True
+    return metric.startswith("what_if.") and metric.endswith(".utilization")
 
 
 def ms(x: float | None) -> str:
@@ -96,6 +105,15 @@ def explain(metrics: Metrics) -> list[str]:
         points = 100 * (claimed - metrics.utilization)
         verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
         lines.append(" and ".join(observers) + f": {verdict}")
+    if metrics.sm_utilization is not None and metrics.top_kernels:
+        lines.append(
+            f"SM-weighted utilization {pct(metrics.sm_utilization)}; top kernels: "
+            + "; ".join(
+                f"{k.name[:60]} x{k.count} {k.total_ms:.1f} ms, grid {k.blocks} x block {k.threads}, "
+                f"SMs {pct(k.sm_coverage)}, occupancy {pct(k.occupancy)}"
+                for k in metrics.top_kernels[:3]
+            )
+        )
     if metrics.what_if:
         from pytest_gpuprof.whatif import describe
 

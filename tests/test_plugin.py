@@ -333,3 +333,14 @@ def test_a_budget_marker_on_a_test_without_fixtures_measures_its_whole_call(pyte
     assert tests["test_existing_gpu_test"]["budget"]["breaches"][0]["metric"] == "utilization"
     # without --gpu-budget the same breach is a warning, as for any test
     pytester.runpytest().assert_outcomes(passed=3, warnings=1)
+
+
+def test_an_sm_budget_on_the_host_backend_is_not_measured_and_said_so(pytester):
+    pytester.makepyfile(IDLE_TEST)
+    write_pyproject(pytester, "min_sm_utilization = 0.5")
+    result = pytester.runpytest("--gpu-budget")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*GPU budget not judged: min_sm_utilization not measured: the host backend runs on a CPU, which has no SMs*"]
+    )
+    result.stdout.fnmatch_lines(["*test_idle*not measured*"])

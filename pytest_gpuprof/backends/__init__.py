@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.clock import Clock
 from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.occupancy import SmLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,10 @@ class Backend(Protocol):
 
     def cupti_status(self) -> str:
         """'live', or 'off (why)'."""
+        ...
+
+    def sm_limits(self) -> SmLimits | None:
+        """The device's SMs, where it has them and its intervals carry kernel geometry."""
         ...
 
     def stream(self) -> Any:

@@ -23,6 +23,7 @@ from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.occupancy import SmLimits
 
 
 def unavailable(device: int) -> str | None:
@@ -76,6 +77,7 @@ class CudaBackend:
         self._anchor: tuple[Any, int] | None = None
         self._stream_ids: dict[int, int] = {}
         self._external: dict[int, Any] = {}
+        self._sm: SmLimits | None = None
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
         if cupti:
@@ -86,6 +88,23 @@ class CudaBackend:
     @property
     def truth(self) -> Truth:
         return "cupti" if self._cupti is not None else "events"
+
+    def sm_limits(self) -> SmLimits | None:
+        """The SMs of this device, where CUPTI records each kernel's geometry."""
+        if self._cupti is None:
+            return None
+        if self._sm is None:
+            p = self._cp.cuda.runtime.getDeviceProperties(self.index)
+            self._sm = SmLimits(
+                sms=int(p["multiProcessorCount"]),
+                max_threads=int(p.get("maxThreadsPerMultiProcessor", 2048)),
+                max_blocks=int(p.get("maxBlocksPerMultiProcessor", 32)),
+                registers=int(p.get("regsPerMultiprocessor", 65536)),
+                shared=int(p.get("sharedMemPerMultiprocessor", 233472)),
+                reserved_shared=int(p.get("reservedSharedMemPerBlock", 1024)),
+                warp_size=int(p.get("warpSize", 32)),
+            )
+        return self._sm
 
     def cupti_status(self) -> str:
         return self._cupti_reason  # "live (how records are read)" or "off (why)"

@@ -154,6 +154,9 @@ class HostBackend:
     def cupti_status(self) -> str:
         return "off (host backend)"
 
+    def sm_limits(self) -> None:
+        return None  # a CPU has no SMs: sm_utilization is not measured here
+
     # streams and events
     def stream(self) -> HostStream:
         with self._lock:

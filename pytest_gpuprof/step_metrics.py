@@ -1,0 +1,110 @@
+"""A window's figures per step: count, host time, idle charged, bytes and bandwidth of
+the copies it issued, memory kind, and how full the GPU was while its kernels ran."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from pytest_gpuprof import intervals as iv
+from pytest_gpuprof import sm_metrics
+from pytest_gpuprof.model import DeviceInterval, Span
+from pytest_gpuprof.occupancy import SmLimits
+
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class StepMetrics:
+    """One host step's figures in a window."""
+
+    count: int
+    host_ms: float
+    host_ms_max: float
+    idle_ms: float | None
+    bytes: int
+    gbps: float | None
+    pageable: bool
+    sm_utilization: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def step_metrics(
+    steps: Sequence[Span],
+    work: Mapping[int, Sequence[DeviceInterval]],
+    charged: Mapping[str, float] | None,
+    window: iv.Interval,
+    sm: SmLimits | None = None,
+) -> dict[str, StepMetrics]:
+    """Each step's figures; its bytes, bandwidth and memory kind from the copies it issued
+    (``bytes=`` where it declared them and no copy of it was seen)."""
+    by_name: dict[str, list[Span]] = defaultdict(list)
+    for span in steps:
+        if iv.clip([(span.start, span.end)], window) or span.start == span.end or span.span_id in work:
+            by_name[span.name].append(span)
+    out: dict[str, StepMetrics] = {}
+    for name in sorted(by_name):
+        every = by_name[name]
+        spans = _outermost(every)
+        durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
+        copies = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "memcpy"]
+        declared = [sp.bytes for sp in spans if sp.bytes is not None]
+        copied = sum(c.bytes for c in copies)
+        nbytes = copied if copies else sum(declared)
+        copy_ns = iv.length((c.start, c.end) for c in copies)
+        host_ns = sum(durations)
+        gbps: float | None = None
+        if copies and copy_ns > 0:
+            gbps = copied / copy_ns  # bytes per ns is GB/s
+        elif nbytes and host_ns > 0:
+            gbps = nbytes / host_ns
+        kernels = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "kernel"]
+        kernel_ns = sum(max(0, min(d.end, window[1]) - max(d.start, window[0])) for d in kernels)
+        step_sm = None
+        if sm is not None and kernel_ns > 0:
+            step_sm = sm_metrics.sm_weighted_ns(kernels, sm, window) / kernel_ns
+        out[name] = StepMetrics(
+            count=len(spans),
+            host_ms=host_ns / NS_PER_MS,
+            host_ms_max=max(durations, default=0) / NS_PER_MS,
+            idle_ms=None if charged is None else charged.get(name, 0.0) / NS_PER_MS,
+            bytes=nbytes,
+            gbps=gbps,
+            pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
+            sm_utilization=step_sm,
+        )
+    return out
+
+
+def declared_against_copied(
+    steps: Sequence[Span], work: Mapping[int, Sequence[DeviceInterval]], window: iv.Interval
+) -> list[str]:
+    """A note for each step whose declared ``bytes=`` differ from what its copies moved."""
+    declared: dict[str, int] = defaultdict(int)
+    copied: dict[str, int] = defaultdict(int)
+    for span in _outermost([s for s in steps if s.bytes is not None and s.end >= window[0] and s.start <= window[1]]):
+        declared[span.name] += span.bytes or 0
+    for span in steps:
+        copied[span.name] += sum(d.bytes for d in work.get(span.span_id, ()) if d.kind == "memcpy")
+    return [
+        f"step {name!r} declared {nbytes:,} bytes (bytes=) but its copies moved {copied[name]:,}"
+        for name, nbytes in sorted(declared.items())
+        if copied[name] and copied[name] != nbytes
+    ]
+
+
+def _outermost(spans: Sequence[Span]) -> list[Span]:
+    """The spans of one name less those nested in another of that name on their thread:
+    a step that opens itself again (a helper called from a helper) counts once."""
+    kept: list[Span] = []
+    enclosing: dict[int, Span] = {}  # per thread, the last span kept
+    for span in sorted(spans, key=lambda s: (s.thread, s.start, -s.end, s.depth)):
+        outer = enclosing.get(span.thread)
+        if outer is not None and span.depth > outer.depth and outer.start <= span.start and span.end <= outer.end:
+            continue
+        kept.append(span)
+        enclosing[span.thread] = span
+    return kept
