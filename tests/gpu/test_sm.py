@@ -123,7 +123,7 @@ def test_occupancy_equals_cudas_occupancy_api(gpuprof):
         kernel = module.get_function(name)
         blocks = ctypes.c_int()
         status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(blocks), ctypes.c_void_p(kernel.ptr), ctypes.c_int(threads), ctypes.c_size_t(dynamic)
+            ctypes.byref(blocks), ctypes.c_void_p(kernel.kernel.ptr), ctypes.c_int(threads), ctypes.c_size_t(dynamic)
         )
         assert status == 0
         ours = blocks_per_sm(Geometry(record.blocks, record.threads, record.registers, record.shared), sm)
