@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof import whatif
-from pytest_gpuprof.metrics import NVML_SCALARS, SCALARS, STEP_SCALARS, WHAT_IF_SCALARS
+from pytest_gpuprof.metrics import GPM_SCALARS, NVML_SCALARS, SCALARS, STEP_SCALARS, WHAT_IF_SCALARS
 from pytest_gpuprof.text import FRACTIONS, is_fraction
 
 ALPHA = 0.05
@@ -99,6 +99,8 @@ def known_metric(path: str) -> bool:
     head, _, rest = path.partition(".")
     if head == "nvml":
         return rest in NVML_SCALARS
+    if head == "gpm":
+        return rest in GPM_SCALARS
     if head == "what_if":
         scenario, _, key = rest.rpartition(".")
         return whatif.SCENARIO.match(scenario) is not None and key in WHAT_IF_SCALARS

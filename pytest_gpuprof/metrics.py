@@ -65,6 +65,8 @@ class Metrics:
     sm_utilization: float | None = None
     sm_unseen: str | None = None  # why it is None
     top_kernels: tuple[KernelSummary, ...] = ()
+    # NVML GPM over the window: sm_active, sm_occupancy, tensor_active, dram_bw_util
+    gpm: Mapping[str, float] | None = None
 
     def flat(self) -> dict[str, float]:
         """Every numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -83,6 +85,8 @@ class Metrics:
                 value = getattr(self.nvml, key)
                 if value is not None:
                     out[f"nvml.{key}"] = float(value)
+        for key, value in (self.gpm or {}).items():
+            out[f"gpm.{key}"] = float(value)
         for scenario, prediction in self.what_if.items():
             for key in WHAT_IF_SCALARS:
                 out[f"what_if.{scenario}.{key}"] = float(getattr(prediction, key))
@@ -111,6 +115,7 @@ class Metrics:
             **({"what_if": {k: p.to_dict() for k, p in self.what_if.items()}} if self.what_if else {}),
             **({"sm_unseen": self.sm_unseen} if self.sm_unseen else {}),
             **({"top_kernels": [k.to_dict() for k in self.top_kernels]} if self.top_kernels else {}),
+            **({"gpm": dict(self.gpm)} if self.gpm is not None else {}),
         }
 
 
@@ -129,6 +134,7 @@ SCALARS = (
 STEP_SCALARS = ("count", "host_ms", "host_ms_max", "idle_ms", "bytes", "gbps", "sm_utilization")
 NVML_SCALARS = ("util_mean", "power_mean_w", "power_max_w", "mem_used_max_bytes")
 WHAT_IF_SCALARS = ("wall_ms", "utilization")
+GPM_SCALARS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")
 
 
 def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
@@ -183,6 +189,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         what_if={name: p for name, p in scenarios.items() if p is not None},
         sm_utilization=sm_utilization,
         sm_unseen=reason,
+        gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
     )
 
@@ -327,6 +334,7 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         sm_utilization=opt("sm_utilization"),
         sm_unseen=last.sm_unseen,
         top_kernels=last.top_kernels,
+        gpm=None if last.gpm is None else {key: med(f"gpm.{key}") for key in last.gpm},
     )
 
 

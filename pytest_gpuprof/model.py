@@ -6,6 +6,7 @@ Plain frozen data, all times in integer nanoseconds of the host's monotonic cloc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -87,3 +88,5 @@ class Timeline:
     notes: tuple[str, ...] = field(default=())
     # the device's SMs, where the backend knows them (for ``sm_utilization``)
     sm: SmLimits | None = None
+    # NVML GPM's metrics between the window's edges (fractions), where the GPU has GPM
+    gpm: Mapping[str, float] | None = None

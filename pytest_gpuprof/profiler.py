@@ -12,8 +12,8 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_gpuprof import examples
 from pytest_gpuprof import metrics as metrics_mod
@@ -24,6 +24,9 @@ from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
 from pytest_gpuprof.text import GIB, failure_message
 from pytest_gpuprof.whatif import Prediction
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.gpm import Gpm
 
 _span_ids = itertools.count(1)
 
@@ -68,6 +71,7 @@ class Profiler:
         sampler: Sampler | None = None,
         enforce: bool = False,
         pinned_gbps: Callable[[], float] | None = None,
+        gpm: Gpm | None = None,
     ) -> None:
         self.backend = backend
         self.budget = budget or Budget()
@@ -78,6 +82,7 @@ class Profiler:
         self.enforce = enforce
         # the device's calibrated pinned copy rate, for what-if predictions of pageable steps
         self.pinned_gbps = pinned_gbps
+        self.gpm = gpm  # NVML GPM, sampled at each window's edges
         # device memory held when the test started: what it must give back by its end
         self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
@@ -119,6 +124,7 @@ class Profiler:
         self._measuring += 1
         collecting = gc.isenabled()
         gc.disable()
+        edge = self._gpm_sample()
         start = self.backend.clock.now()
         try:
             yield out
@@ -128,10 +134,31 @@ class Profiler:
             end = self.backend.clock.now()
             if collecting:
                 gc.enable()
-        timeline = self._timeline(start, end)
+            gpm = self._gpm_between(edge)
+        timeline = replace(self._timeline(start, end), gpm=gpm)
         out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
         if not self.measuring:
             self._reset()
+
+    def _gpm_sample(self) -> Any:
+        if self.gpm is None:
+            return None
+        try:
+            return self.gpm.sample()
+        except Exception:  # a sample that fails leaves the window without GPM figures
+            return None
+
+    def _gpm_between(self, first: Any) -> dict[str, float] | None:
+        if self.gpm is None or first is None:
+            return None
+        second = self._gpm_sample()
+        if second is None:
+            self.gpm.release(first)
+            return None
+        try:
+            return self.gpm.between(first, second)
+        except Exception:
+            return None
 
     def measure(self, fn: Callable[[], Any], rounds: int | None = None, warmup: int | None = None) -> Metrics:
         """Run ``fn`` ``warmup`` times unmeasured, then ``rounds`` times, each its own window.

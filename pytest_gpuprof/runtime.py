@@ -22,6 +22,7 @@ from pytest_gpuprof.text import GIB
 if TYPE_CHECKING:
     from pytest_gpuprof import backends
     from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.gpm import Gpm
     from pytest_gpuprof.nvml import NvmlSampler
 
 
@@ -124,6 +125,20 @@ class DeviceRuntime:
 
         return NvmlSampler.start(self.settings.device, self.settings.nvml_interval_ms)
 
+    @cached_property
+    def _gpm(self) -> tuple[Gpm | None, str]:
+        if not self.settings.nvml:
+            return None, "off (--gpu-no-nvml)"
+        if self.backend_name != "cuda":
+            return None, "off (host backend)"
+        from pytest_gpuprof.gpm import Gpm
+
+        return Gpm.start(self.settings.device)
+
+    @property
+    def gpm(self) -> Gpm | None:
+        return self._gpm[0]
+
     def nvml_status(self) -> str:
         if not self.settings.nvml:
             return "off (--gpu-no-nvml)"
@@ -156,7 +171,8 @@ class DeviceRuntime:
                 f"driver {info.driver}, PCIe {info.pcie}"
             )
             lines.append(
-                f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}"
+                f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}; "
+                f"GPM {self._gpm[1]}"
             )
         else:
             clock = (

@@ -111,6 +111,7 @@ class GpuSession:
             sampler=self.runtime.sampler,
             enforce=s.enforce,
             pinned_gbps=lambda: self.device.h2d_gbps,
+            gpm=self.runtime.gpm,
         )
 
     def record(self, nodeid: str, profiler: Profiler, windows: list[Window]) -> Verdict:

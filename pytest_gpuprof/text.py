@@ -31,7 +31,7 @@ DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
 
 
 def is_fraction(metric: str) -> bool:
-    if metric in FRACTIONS or metric.endswith(".sm_utilization"):
+    if metric in FRACTIONS or metric.endswith(".sm_utilization") or metric.startswith("gpm."):
         return True
     return metric.startswith("what_if.") and metric.endswith(".utilization")
 
@@ -106,8 +106,10 @@ def explain(metrics: Metrics) -> list[str]:
         verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
         lines.append(" and ".join(observers) + f": {verdict}")
     if metrics.sm_utilization is not None and metrics.top_kernels:
+        gpm = metrics.gpm or {}
+        hardware = f" (GPM SM active {pct(gpm['sm_active'])})" if "sm_active" in gpm else ""
         lines.append(
-            f"SM-weighted utilization {pct(metrics.sm_utilization)}; top kernels: "
+            f"SM-weighted utilization {pct(metrics.sm_utilization)}{hardware}; top kernels: "
             + "; ".join(
                 f"{k.name[:60]} x{k.count} {k.total_ms:.1f} ms, grid {k.blocks} x block {k.threads}, "
                 f"SMs {pct(k.sm_coverage)}, occupancy {pct(k.occupancy)}"

@@ -210,7 +210,7 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         [
             "gpuprof: backend cuda (CUDA device 0 is visible)",
             "gpuprof: device 0 *, * GiB, driver *, PCIe *",
-            "gpuprof: truth events; CUPTI off (--gpu-no-cupti); NVML live",
+            "gpuprof: truth events; CUPTI off (--gpu-no-cupti); NVML live; GPM live",
         ]
     )
     result.assert_outcomes(passed=1)
@@ -222,7 +222,7 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         [
             "gpuprof: not started *",
             "*gpuprof: true GPU utilization*",
-            "gpuprof: truth cupti; CUPTI live (records read from CUPTI*s buffers; launches tied to the steps that issued them); NVML live",
+            "gpuprof: truth cupti; CUPTI live (records read from CUPTI*s buffers; launches tied to the steps that issued them); NVML live; GPM live",
         ]
     )
     result.assert_outcomes(passed=1)

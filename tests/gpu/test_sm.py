@@ -131,3 +131,26 @@ def test_occupancy_equals_cudas_occupancy_api(gpuprof):
     print("\n(kernel, threads, registers, shared bytes, blocks per SM ours, CUDA's):", *rows, sep="\n  ")
     assert [r[4] for r in rows] == [r[5] for r in rows]
     assert len({(r[2], r[3], r[5]) for r in rows}) >= 5  # shapes that differ where it matters
+
+
+def test_gpm_agrees_with_sm_utilization(gpuprof, gpu_workload):
+    import cupy as cp
+
+    assert gpuprof.gpm is not None, "this GPU or driver has no NVML GPM"
+    spin = cp.RawKernel(SPIN, "spin")
+    cycles = spin_cycles(cp, 1.0)
+
+    def one_block():
+        with gpuprof.step("spin"):
+            for _ in range(100):
+                spin((1,), (32,), (cp.int64(cycles),))
+            cp.cuda.Device().synchronize()
+
+    for name, loop in (
+        ("one-block spin", one_block),
+        ("matmul 4096", lambda: gpu_workload.compute(ms=100, kind="matmul")),
+    ):
+        m = gpuprof.measure(loop, rounds=3, warmup=1)
+        print(f"\n{name}: sm_utilization {m.sm_utilization:.3f}, GPM {m.gpm}")
+        assert m.gpm is not None
+        assert m.gpm["sm_active"] == pytest.approx(m.sm_utilization, abs=0.10)

@@ -1,0 +1,74 @@
+"""NVML GPM: the GPU's own SM counters (Hopper and later), as the hardware's cross-check
+of ``sm_utilization``, the way NVML's utilization is the cross-check of ``utilization``.
+
+GPM needs two samples; a window takes one at each edge, and ``between`` reads the
+metrics of the stretch they bound. Where the GPU or driver has no GPM, ``start`` says why
+and windows carry no ``gpm`` figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuprof.nvml import _handle, _nvml
+
+# our name -> NVML's metric (percentages, read as fractions)
+METRICS = {
+    "sm_active": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_active": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_bw_util": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
+
+
+class Gpm:
+    def __init__(self, pynvml: Any, handle: Any) -> None:
+        self._nvml = pynvml
+        self._handle = handle
+        self._ids = {name: getattr(pynvml, metric) for name, metric in METRICS.items()}
+
+    @classmethod
+    def start(cls, cuda_index: int) -> tuple[Gpm | None, str]:
+        """GPM on this device and 'live', or ``None`` and 'off (why)'."""
+        try:
+            pynvml = _nvml()
+            handle = _handle(pynvml, cuda_index)
+            if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                return None, "off (this GPU has no GPM)"
+            gpm = cls(pynvml, handle)
+            gpm.release(gpm.sample())
+        except Exception as e:  # an old driver or nvidia-ml-py, no permission
+            return None, f"off ({type(e).__name__}: {e})"
+        return gpm, "live"
+
+    def sample(self) -> Any:
+        sample = self._nvml.nvmlGpmSampleAlloc()
+        try:
+            self._nvml.nvmlGpmSampleGet(self._handle, sample)
+        except Exception:
+            self.release(sample)
+            raise
+        return sample
+
+    def release(self, sample: Any) -> None:
+        self._nvml.nvmlGpmSampleFree(sample)
+
+    def between(self, first: Any, second: Any) -> dict[str, float]:
+        """The metrics of the stretch between two samples, as fractions; the samples are freed."""
+        pynvml = self._nvml
+        try:
+            get = pynvml.c_nvmlGpmMetricsGet_t()
+            get.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            get.numMetrics = len(self._ids)
+            get.sample1, get.sample2 = first, second
+            for i, metric in enumerate(self._ids.values()):
+                get.metrics[i].metricId = metric
+            pynvml.nvmlGpmMetricsGet(get)
+            return {
+                name: get.metrics[i].value / 100
+                for i, name in enumerate(self._ids)
+                if get.metrics[i].nvmlReturn == pynvml.NVML_SUCCESS
+            }
+        finally:
+            self.release(first)
+            self.release(second)

@@ -1,0 +1,87 @@
+"""NVML GPM read through a stand-in for nvidia-ml-py: two samples bound a window."""
+
+import ctypes
+
+import pytest
+
+from pytest_gpuprof import gpm as gpm_mod
+from pytest_gpuprof.backends.host import HostBackend
+from pytest_gpuprof.budget import Budget
+from pytest_gpuprof.clock import VirtualClock
+from pytest_gpuprof.profiler import Profiler
+
+
+class Metric(ctypes.Structure):
+    _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint), ("value", ctypes.c_double)]
+
+
+class MetricsGet(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("numMetrics", ctypes.c_uint),
+        ("sample1", ctypes.c_void_p),
+        ("sample2", ctypes.c_void_p),
+        ("metrics", Metric * 8),
+    ]
+
+
+class FakeNvml:
+    """The GPM calls of nvidia-ml-py; each sample counts SM-active percent-milliseconds."""
+
+    NVML_SUCCESS = 0
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
+    c_nvmlGpmMetricsGet_t = MetricsGet
+
+    def __init__(self):
+        self.live, self.readings, self.next = set(), {}, 1
+        self.sm_active = 40.0
+
+    def nvmlGpmSampleAlloc(self):
+        self.next += 1
+        self.live.add(self.next)
+        return self.next
+
+    def nvmlGpmSampleGet(self, handle, sample):
+        self.readings[sample] = self.sm_active
+
+    def nvmlGpmSampleFree(self, sample):
+        self.live.remove(sample)
+
+    def nvmlGpmMetricsGet(self, get):
+        for i in range(get.numMetrics):
+            metric = get.metrics[i]
+            if metric.metricId == self.NVML_GPM_METRIC_SM_UTIL:
+                metric.value = self.readings[get.sample2]
+            elif metric.metricId == self.NVML_GPM_METRIC_DRAM_BW_UTIL:
+                metric.nvmlReturn = 999  # not supported: left out
+            else:
+                metric.value = 12.0
+
+
+def test_a_window_carries_gpm_between_its_edges_and_frees_its_samples():
+    nvml = FakeNvml()
+    backend = HostBackend(VirtualClock())
+    try:
+        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None))
+        with profiler.window("w") as done:
+            backend.compute(2.0)
+        (window,) = done
+        assert window.metrics.gpm == {"sm_active": 0.40, "sm_occupancy": 0.12, "tensor_active": 0.12}
+        assert window.metrics.flat()["gpm.sm_active"] == pytest.approx(0.40)
+        assert window.metrics.to_dict()["gpm"]["sm_occupancy"] == pytest.approx(0.12)
+        assert nvml.live == set()  # both samples freed
+    finally:
+        backend.close()
+
+
+def test_without_gpm_a_window_has_no_gpm_figures():
+    backend = HostBackend(VirtualClock())
+    try:
+        profiler = Profiler(backend, budget=Budget())
+        with profiler.window("w") as done:
+            backend.compute(1.0)
+        assert done[0].metrics.gpm is None and "gpm" not in done[0].metrics.to_dict()
+    finally:
+        backend.close()
