@@ -223,7 +223,9 @@ function draw(svg, t) {
       const raw = (Math.min(e, v1) - Math.max(s, v0)) * scale;
       const x = LABEL + Math.max(0, (s - v0) * scale), w = Math.max(1, raw);
       // an idle gap narrower than a pixel is drawn faint, not as a pixel of solid idle
-      const opacity = lane.kind === "idle" ? Math.min(1, Math.max(0.15, raw)) : 1;
+      // a kernel is shaded by the fraction of the SMs its grid covered (args.SMs)
+      const opacity = lane.kind === "idle" ? Math.min(1, Math.max(0.15, raw))
+        : args && typeof args.SMs === "number" ? Math.max(0.15, args.SMs) : 1;
       const r = el("svg:rect", {x, y: y + 2, width: w, height: ROW - 4, "fill-opacity": opacity,
         fill: lane.kind === "idle" ? hue(label) : COLORS[lane.kind] || "#888", class: "item"});
       r.append(el("svg:title", {}, `${label}: ${((e - s) / 1000).toFixed(3)} ms` + (count > 1 ? ` (${count} merged)` : "") +

@@ -13,6 +13,7 @@ from typing import Any
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof.metrics import attribute_idle
 from pytest_gpuprof.model import UNATTRIBUTED, Timeline
+from pytest_gpuprof.occupancy import Geometry, coverage
 
 # Beyond this many idle stretches, the rest are drawn without their attribution: charging
 # each one costs a pass over the steps.
@@ -65,6 +66,9 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
             if d.end > d.start:
                 args["GB/s"] = round(d.bytes / (d.end - d.start), 2)
             args["pageable"] = d.pageable
+        if d.kind == "kernel" and d.threads > 0 and timeline.sm is not None:
+            # the fraction of the SMs its grid covered: the page shades the kernel by it
+            args["SMs"] = round(coverage(Geometry(d.blocks, d.threads, d.registers, d.shared), timeline.sm), 4)
         device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, d.name or d.kind, args))
     for (kind, stream), items in sorted(device.items()):
         lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))

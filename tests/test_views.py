@@ -175,3 +175,21 @@ def test_idle_stretches_keep_their_step_when_merged():
     assert {m.label for m in merged} == {"upload", "compute"}
     assert sum(m.count for m in merged) == 1000
     assert len(merged) <= 101
+
+
+def test_kernels_carry_their_sm_coverage_for_shading():
+    from pytest_gpuprof.lanes import build
+    from pytest_gpuprof.model import DeviceInterval, Timeline
+    from pytest_gpuprof.occupancy import SmLimits
+
+    device = (
+        DeviceInterval("kernel", 0, 10, name="spin", blocks=1, threads=32),
+        DeviceInterval("kernel", 10, 20, name="gemm", blocks=512, threads=256, registers=128),
+        DeviceInterval("kernel", 20, 30, name="unknown"),  # no geometry: drawn solid
+    )
+    lanes, _ = build(Timeline(0, 30, "cupti", device=device, sm=SmLimits(sms=132)))
+    (kernels,) = [lane for lane in lanes if lane.kind == "kernel"]
+    shades = {item.label: item.args.get("SMs") for item in kernels.items}
+    assert shades == {"spin": round(1 / 132, 4), "gemm": pytest.approx(1.0, abs=0.05), "unknown": None}
+    lanes, _ = build(Timeline(0, 30, "host", device=device))  # no SMs known: no shading
+    assert all("SMs" not in item.args for lane in lanes for item in lane.items)
