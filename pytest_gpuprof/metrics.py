@@ -14,13 +14,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics, whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
-from pytest_gpuprof.model import UNATTRIBUTED, Sample, Timeline, Truth
+from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, Sample, Timeline, Truth
 from pytest_gpuprof.sm_metrics import KernelSummary
 from pytest_gpuprof.stats import Summary
 from pytest_gpuprof.step_metrics import StepMetrics, declared_against_copied, step_metrics
 from pytest_gpuprof.whatif import Prediction
-
-NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 from pytest_gpuprof.occupancy import SmLimits
 
 UNATTRIBUTED = "unattributed"
+NS_PER_MS = 1_000_000
 Truth = Literal["cupti", "events", "host"]
 DeviceKind = Literal["kernel", "memcpy", "memset"]
 

@@ -15,10 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import DeviceInterval
+from pytest_gpuprof.model import NS_PER_MS, DeviceInterval
 from pytest_gpuprof.occupancy import Geometry, SmLimits, coverage, occupancy
 
-NS_PER_MS = 1_000_000
 TOP = 5
 
 

@@ -9,10 +9,8 @@ from dataclasses import asdict, dataclass
 
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics
-from pytest_gpuprof.model import DeviceInterval, Span
+from pytest_gpuprof.model import NS_PER_MS, DeviceInterval, Span
 from pytest_gpuprof.occupancy import SmLimits
-
-NS_PER_MS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

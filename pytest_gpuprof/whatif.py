@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import DeviceInterval, Span
+from pytest_gpuprof.model import NS_PER_MS, DeviceInterval, Span
 
-NS_PER_MS = 1_000_000
 SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
 
 

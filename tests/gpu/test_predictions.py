@@ -7,6 +7,19 @@ pytestmark = pytest.mark.gpu
 GIB = 1 << 30
 
 
+def predicts(before_label, before, scenario, after_label, after):
+    """``before``'s prediction of ``scenario`` is the measured ``after``: within 5 points
+    of utilization and 10% of wall time."""
+    predicted = before.what_if[scenario]
+    print(
+        f"\n{before_label} {before.utilization:.3f} ({before.wall_ms:.0f} ms); predicted {scenario} "
+        f"{predicted.utilization:.3f} ({predicted.wall_ms:.0f} ms); {after_label} measured {after.utilization:.3f} "
+        f"({after.wall_ms:.0f} ms)"
+    )
+    assert predicted.utilization == pytest.approx(after.utilization, abs=0.05)
+    assert predicted.wall_ms == pytest.approx(after.wall_ms, rel=0.10)
+
+
 @pytest.mark.parametrize(
     ("shape", "upload_bytes", "compute_per_upload"),
     [("seed", 4 * GIB, None), ("copy-bound", 2 * GIB, 0.5)],
@@ -21,14 +34,7 @@ def test_the_single_locks_overlap_prediction_meets_the_two_lock_run(
     two = gpu_workload.partitions(
         n=8, upload_bytes=upload_bytes, compute_ms=compute_ms, strategy="two-lock", rounds=3, warmup=1
     )
-    predicted = single.what_if["overlap:upload"]
-    print(
-        f"\n{shape}: single lock {single.utilization:.3f} ({single.wall_ms:.0f} ms); predicted overlap "
-        f"{predicted.utilization:.3f} ({predicted.wall_ms:.0f} ms); two locks measured {two.utilization:.3f} "
-        f"({two.wall_ms:.0f} ms)"
-    )
-    assert predicted.utilization == pytest.approx(two.utilization, abs=0.05)
-    assert predicted.wall_ms == pytest.approx(two.wall_ms, rel=0.10)
+    predicts(f"{shape}: single lock", single, "overlap:upload", "two locks", two)
 
 
 def test_pageable_to_pinned_prediction_meets_the_pinned_run(gpuprof, gpu_workload):
@@ -42,11 +48,4 @@ def test_pageable_to_pinned_prediction_meets_the_pinned_run(gpuprof, gpu_workloa
 
     pageable = gpuprof.measure(batch(False), rounds=3, warmup=1)
     pinned = gpuprof.measure(batch(True), rounds=3, warmup=1)
-    predicted = pageable.what_if["pinned:upload"]
-    print(
-        f"\npageable {pageable.utilization:.3f} ({pageable.wall_ms:.0f} ms); predicted pinned "
-        f"{predicted.utilization:.3f} ({predicted.wall_ms:.0f} ms); pinned measured {pinned.utilization:.3f} "
-        f"({pinned.wall_ms:.0f} ms)"
-    )
-    assert predicted.utilization == pytest.approx(pinned.utilization, abs=0.05)
-    assert predicted.wall_ms == pytest.approx(pinned.wall_ms, rel=0.10)
+    predicts("pageable", pageable, "pinned:upload", "pinned", pinned)
