@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pytest_gpuprof.lanes import aggregate, build
+from pytest_gpuprof.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.model import Timeline
 from pytest_gpuprof.report import GpuRecord
 from pytest_gpuprof.text import FRACTIONS, explain
@@ -58,6 +59,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
             }
             for lane in lanes
         ]
+        data["lanes"] += _predicted_lanes(m, timeline)
         data["counters"] = [
             {
                 "name": c.name,
@@ -67,6 +69,27 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
             for c in counters
         ]
     return data
+
+
+def _predicted_lanes(m: Metrics, timeline: Timeline) -> list[dict[str, Any]]:
+    """Each ``overlap:STEP`` prediction as two lanes under the measured ones: the step's
+    work one unit after another on its own engine, and the rest of each unit."""
+    lanes = []
+    for scenario in m.what_if:
+        kind, _, step = scenario.partition(":")
+        schedule = overlap_schedule(timeline, step) if kind == "overlap" else None
+        if schedule is None:
+            continue
+        t0 = timeline.start
+        for name, lane_kind, spans in ((step, "memcpy", schedule[0]), ("the rest of each unit", "region", schedule[1])):
+            lanes.append(
+                {
+                    "name": f"what if {scenario}: {name}",
+                    "kind": lane_kind,
+                    "items": [[(s - t0) / 1000, (e - t0) / 1000, f"{name} (predicted)", 1, {}] for s, e in spans],
+                }
+            )
+    return lanes
 
 
 def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:

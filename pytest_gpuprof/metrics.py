@@ -206,6 +206,12 @@ def what_if(timeline: Timeline, scenario: str, pinned_gbps: Callable[[], float] 
     return whatif.predict(_whatif_window(timeline, kernels), scenario, pinned_gbps)
 
 
+def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], list[iv.Interval]] | None:
+    """The predicted timeline of ``overlap:STEP`` for a measured window (``whatif``)."""
+    kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
+    return whatif.overlap_schedule(_whatif_window(timeline, kernels), step)
+
+
 def _whatif_window(timeline: Timeline, kernels: list[iv.Interval]) -> whatif.Window:
     """The window as attribution and the scenarios see it: kernel time, idle, work by step."""
     window = (timeline.start, timeline.end)

@@ -119,12 +119,28 @@ def _units(window: Window, step: str) -> list[_Unit]:
 
 
 def _overlap(window: Window, units: Sequence[_Unit]) -> Prediction:
-    head = units[0].start - window.start
-    engine = rest = head
+    _, rest = _flow_shop(units)
+    return window.predict(rest[-1][1] - window.start)
+
+
+def _flow_shop(units: Sequence[_Unit]) -> tuple[list[iv.Interval], list[iv.Interval]]:
+    """The replayed units: the step's work on its engine, and the rest of each unit."""
+    engine = rest = units[0].start
+    work, others = [], []
     for unit in units:
+        work.append((engine, engine + unit.a))
         engine += unit.a
-        rest = max(rest, engine) + (unit.end - unit.start - unit.waited)
-    return window.predict(rest)
+        begin = max(rest, engine)
+        rest = begin + (unit.end - unit.start - unit.waited)
+        others.append((begin, rest))
+    return work, others
+
+
+def overlap_schedule(window: Window, step: str) -> tuple[list[iv.Interval], list[iv.Interval]] | None:
+    """``overlap:STEP`` as a timeline: the step's work, one unit after another on its own
+    engine, and the rest of each unit after it (the HTML draws them beside the run's)."""
+    units = _units(window, step)
+    return _flow_shop(units) if units else None
 
 
 def _pinned(window: Window, units: Sequence[_Unit], pinned_gbps: Callable[[], float]) -> Prediction | None:

@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof import metrics
+from pytest_gpuprof.budget import Budget
 from pytest_gpuprof.compare import known_metric, parse_thresholds
 from pytest_gpuprof.model import DeviceInterval, Span, Timeline
 from pytest_gpuprof.text import failure_message
@@ -114,3 +115,21 @@ def test_the_breach_message_says_what_the_redesign_would_give():
     m = metrics.compute(serial_pipeline(4, copy_ms=2, kernel_ms=4))
     message = failure_message(evaluate(Budget(min_utilization=0.8), m), m)
     assert "what if: upload overlapped with the kernels -> ~88.9% (wall ~18 ms)" in message
+
+
+def test_the_predicted_timeline_is_drawn_beside_the_measured_one():
+    from pytest_gpuprof.html import page_data
+    from pytest_gpuprof.report import GpuRecord
+
+    timeline = serial_pipeline(2, copy_ms=2, kernel_ms=4)
+    copies, rest = metrics.overlap_schedule(timeline, "upload")
+    assert copies == [(0, 2 * MS), (2 * MS, 4 * MS)]  # back to back on their own engine
+    assert rest == [(2 * MS, 6 * MS), (6 * MS, 10 * MS)]  # each unit after its own copy
+    m = metrics.compute(timeline)
+    record = GpuRecord("t", m, Budget(), [], enforced=False)
+    predicted = [lane for lane in page_data(record, timeline)["lanes"] if lane["name"].startswith("what if")]
+    assert [lane["name"] for lane in predicted] == [
+        "what if overlap:upload: upload",
+        "what if overlap:upload: the rest of each unit",
+    ]
+    assert predicted[0]["items"][1][:2] == [2000.0, 4000.0]  # microseconds from the window's start
