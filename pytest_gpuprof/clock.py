@@ -105,7 +105,7 @@ class RealClock:
 
     def start_thread(self, target: Callable[[], object], name: str) -> Joinable:
         thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
+        start_quiet(thread)
         return thread
 
     def attach(self) -> None:
@@ -186,7 +186,7 @@ class VirtualClock:
                 self.detach()
 
         thread = threading.Thread(target=run, name=name, daemon=True)
-        thread.start()
+        start_quiet(thread)
         return _Joined(done, thread)
 
     @contextlib.contextmanager
@@ -237,6 +237,25 @@ class VirtualClock:
                 self._wake(heapq.heappop(self._sleepers)[2])
 
 
+def start_quiet(thread: threading.Thread) -> None:
+    """Start ``thread`` with SIGINT blocked for its whole life (a thread inherits the mask
+    of the one that starts it).
+
+    The kernel hands a process's SIGINT to any thread that does not block it. Python runs
+    the handler in the main thread, but a main thread blocked in a join or a lock is woken
+    only when the signal reached *it*: delivered to a worker, Ctrl-C waits until the
+    workers are done (the whole pipeline). With every plugin thread blocking it, the
+    signal goes where it is acted on."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _in_main_thread() -> bool:
     """Where SIGINT is handled, and where signal masks exist to hold it back."""
     return hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
@@ -245,7 +264,8 @@ def _in_main_thread() -> bool:
 @contextlib.contextmanager
 def _sigint(how: int) -> Iterator[None]:
     """SIGINT held back (``SIG_BLOCK``) or let through (``SIG_UNBLOCK``) for the body, then as
-    before; only the main thread gets it, and only there does this change anything."""
+    before; only the main thread gets it (the plugin's threads block it: ``start_quiet``), and only
+    there does this change anything."""
     if not _in_main_thread():
         yield
         return

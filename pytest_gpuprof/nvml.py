@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+from pytest_gpuprof.clock import start_quiet
 from pytest_gpuprof.model import Sample
 
 
@@ -78,7 +79,7 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._instant_power = self._read_instant_power() is not None
         self._thread = threading.Thread(target=self._run, name="gpuprof-nvml", daemon=True)
-        self._thread.start()
+        start_quiet(self._thread)
 
     @classmethod
     def start(cls, cuda_index: int, interval_ms: float) -> NvmlSampler | None:

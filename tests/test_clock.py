@@ -2,10 +2,11 @@
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gpuprof.clock import VirtualClock
+from pytest_gpuprof.clock import RealClock, VirtualClock
 
 chains = st.lists(st.lists(st.integers(0, 50), max_size=5), min_size=1, max_size=4)
 
@@ -70,3 +71,19 @@ def test_an_event_releases_its_waiters_at_the_time_it_is_set():
         thread.join()
     clock.detach()
     assert seen == [7, 7, 7]
+
+
+@pytest.mark.parametrize("make", [RealClock, VirtualClock])
+def test_the_plugins_threads_leave_ctrl_c_to_the_main_thread(make):
+    # The kernel gives SIGINT to any thread that does not block it; one given to a worker
+    # does not wake a main thread blocked in a join, so Ctrl-C waited for the workers.
+    import signal
+
+    clock = make()
+    clock.attach()
+    masks = []
+    thread = clock.start_thread(lambda: masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, [])), "probe")
+    thread.join()
+    clock.detach()
+    assert signal.SIGINT in masks[0]
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's mask as it was
