@@ -178,8 +178,21 @@ def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pyteste
     if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
         args += ["-p", "pytest_gpuprof.plugin"]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hang shows every thread's stack (SIGABRT below)
+
+    def as_at_a_terminal() -> None:
+        # A run started in the background inherits SIGINT ignored (and Python then installs
+        # no handler): the child gets SIGINT as a user's terminal run does, whatever ran us.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     run = subprocess.Popen(
-        args, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        args,
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=as_at_a_terminal,
     )
     deadline = time.monotonic() + 60
     while not pytester.path.joinpath("inside").exists() and time.monotonic() < deadline:
