@@ -203,6 +203,11 @@ class Verdict:
         return self.first is not None
 
 
+def breaches_of(budget: Budget, metrics: Metrics) -> list[Breach]:
+    """``judge`` on one window: its breaches."""
+    return list(judge(budget, [metrics]).breaches[0])
+
+
 def judge(budget: Budget, windows: Sequence[Metrics], settled: Sequence[bool] = ()) -> Verdict:
     """The one judgement of a budget: used on a test's windows by the session, and on one
     window by ``gpuprof.check()`` and by the re-measuring that confirms a breach."""

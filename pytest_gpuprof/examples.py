@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuprof.budget import Breach, Budget, judge
+from pytest_gpuprof.budget import Breach, Budget, breaches_of
 
 if TYPE_CHECKING:
     from pytest_gpuprof.backends import Backend
@@ -91,7 +91,7 @@ class Examples:
         assert self._remeasure is not None
         breaches: list[Breach] = []
         for _ in range(CONFIRMATIONS):
-            breaches = list(judge(budget, [self._remeasure[1]()]).breaches[0])
+            breaches = breaches_of(budget, self._remeasure[1]())
             if not breaches:
                 return []
         return breaches

@@ -41,6 +41,27 @@ class Gpm:
             return None, f"off ({type(e).__name__}: {e})"
         return gpm, "live"
 
+    def edge(self) -> Any:
+        """A sample at a window's edge, or ``None`` where taking it failed (the window then
+        has no GPM figures)."""
+        try:
+            return self.sample()
+        except Exception:
+            return None
+
+    def since(self, first: Any) -> dict[str, float] | None:
+        """The metrics from the edge sample ``first`` to now, or ``None`` where a sample
+        failed; the samples are freed either way."""
+        second = self.edge() if first is not None else None
+        if second is None:
+            if first is not None:
+                self.release(first)
+            return None
+        try:
+            return self.between(first, second)
+        except Exception:
+            return None
+
     def sample(self) -> Any:
         sample = self._nvml.nvmlGpmSampleAlloc()
         try:

@@ -146,12 +146,12 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         reported = _ratio(bracketed, wall)
     if timeline.truth == "events" and not timeline.device:
         return _unseen(timeline, wall, reported)
-    kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
+    kernel_work = [d for d in timeline.device if d.kind == "kernel"]
     copies = [(d.start, d.end) for d in timeline.device if d.kind == "memcpy"]
     busy_spans = [(d.start, d.end) for d in timeline.device]
     busy_ns = iv.covered_length(busy_spans, window)
     copy_ns = iv.covered_length(copies, window)
-    seen = _whatif_window(timeline, kernels)
+    seen = _whatif_window(timeline)
     kernel_ns = seen.kernel_ns
 
     names = {s.span_id: s.name for s in timeline.steps}
@@ -163,7 +163,6 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
-    kernel_work = [d for d in timeline.device if d.kind == "kernel"]
     reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
     sm_utilization = None
     if reason is None and timeline.sm is not None:
@@ -179,7 +178,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         discrepancy=None if reported is None else reported - utilization,
         overhead_ms=(wall - kernel_ns) / NS_PER_MS,
         unattributed_ms=unattributed / NS_PER_MS,
-        kernels=len(iv.clip(kernels, window)),
+        kernels=sum(1 for d in kernel_work if min(d.end, window[1]) > max(d.start, window[0])),
         truth=timeline.truth,
         steps=step_metrics(timeline.steps, seen.work, charged, window, timeline.sm if reason is None else None),
         nvml=nvml_metrics(timeline.samples, window),
@@ -202,20 +201,18 @@ _NO_SMS = {
 
 def what_if(timeline: Timeline, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
     """One scenario's prediction for a measured window (``None`` where it does not apply)."""
-    kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
-    return whatif.predict(_whatif_window(timeline, kernels), scenario, pinned_gbps)
+    return whatif.predict(_whatif_window(timeline), scenario, pinned_gbps)
 
 
 def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], list[iv.Interval]] | None:
     """The predicted timeline of ``overlap:STEP`` for a measured window (``whatif``)."""
-    kernels = [(d.start, d.end) for d in timeline.device if d.kind == "kernel"]
-    return whatif.overlap_schedule(_whatif_window(timeline, kernels), step)
+    return whatif.overlap_schedule(_whatif_window(timeline), step)
 
 
-def _whatif_window(timeline: Timeline, kernels: list[iv.Interval]) -> whatif.Window:
+def _whatif_window(timeline: Timeline) -> whatif.Window:
     """The window as attribution and the scenarios see it: kernel time, idle, work by step."""
     window = (timeline.start, timeline.end)
-    kernel_union = iv.union(iv.clip(kernels, window))
+    kernel_union = iv.union(iv.clip([(d.start, d.end) for d in timeline.device if d.kind == "kernel"], window))
     return whatif.Window(
         start=timeline.start,
         end=timeline.end,

@@ -12,13 +12,13 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_gpuprof import examples
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.budget import Breach, Budget, judge, parse_budget
+from pytest_gpuprof.budget import Breach, Budget, breaches_of, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
@@ -124,7 +124,7 @@ class Profiler:
         self._measuring += 1
         collecting = gc.isenabled()
         gc.disable()
-        edge = self._gpm_sample()
+        edge = self.gpm.edge() if self.gpm is not None else None
         start = self.backend.clock.now()
         try:
             yield out
@@ -134,31 +134,11 @@ class Profiler:
             end = self.backend.clock.now()
             if collecting:
                 gc.enable()
-            gpm = self._gpm_between(edge)
-        timeline = replace(self._timeline(start, end), gpm=gpm)
+            gpm = self.gpm.since(edge) if self.gpm is not None else None
+        timeline = self._timeline(start, end, gpm)
         out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
         if not self.measuring:
             self._reset()
-
-    def _gpm_sample(self) -> Any:
-        if self.gpm is None:
-            return None
-        try:
-            return self.gpm.sample()
-        except Exception:  # a sample that fails leaves the window without GPM figures
-            return None
-
-    def _gpm_between(self, first: Any) -> dict[str, float] | None:
-        if self.gpm is None or first is None:
-            return None
-        second = self._gpm_sample()
-        if second is None:
-            self.gpm.release(first)
-            return None
-        try:
-            return self.gpm.between(first, second)
-        except Exception:
-            return None
 
     def measure(self, fn: Callable[[], Any], rounds: int | None = None, warmup: int | None = None) -> Metrics:
         """Run ``fn`` ``warmup`` times unmeasured, then ``rounds`` times, each its own window.
@@ -231,7 +211,7 @@ class Profiler:
 
     def record(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
-        window.breaches = list(judge(self.budget, [window.metrics]).breaches[0])
+        window.breaches = breaches_of(self.budget, window.metrics)
         self.windows.append(window)
         return window.metrics
 
@@ -241,7 +221,7 @@ class Profiler:
             self._device.extend(device)
             self._notes.extend(n for n in notes if n not in self._notes)
 
-    def _timeline(self, start: int, end: int) -> Timeline:
+    def _timeline(self, start: int, end: int, gpm: dict[str, float] | None = None) -> Timeline:
         self._collect()
         with self._lock:
             steps = tuple(s for s in self._steps if s.end >= start and s.start <= end)
@@ -258,6 +238,7 @@ class Profiler:
             tuple(self.sampler.samples(start, end)) if self.sampler is not None else (),
             notes,
             self.backend.sm_limits(),
+            gpm,
         )
 
     def whole_test(self) -> Window | None:
@@ -303,7 +284,7 @@ class Profiler:
         current = self.metrics
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
-        breaches = list(judge(budget, [current]).breaches[0])
+        breaches = breaches_of(budget, current)
         if self._examples.measured_this_one():
             # after this example's measure(): judged as measure() judges its own budget
             breaches, judged = self._examples.judgement(budget, breaches, current)
