@@ -23,6 +23,7 @@ run's time are printed. One line per measurement.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -66,11 +67,11 @@ def storm(mode: str) -> None:
         cupti.activity_flush_all(1)  # CUPTI hands over what it holds: the callbacks run now
         flush_s = (time.perf_counter_ns() - start) / 1e9
         start = time.perf_counter_ns()
-        intervals, notes = capture.drain()  # reading: every record into a DeviceInterval
+        intervals, notes = capture.drain()  # reading: every record into a DeviceWork row
         read_s = (time.perf_counter_ns() - start) / 1e9
         records = len(intervals)
         print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
-        if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to intervals
+        if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to rows
             from pytest_gpuprof.cupti_records import records_of, unpack
 
             launch(LAUNCHES)
@@ -89,7 +90,7 @@ def storm(mode: str) -> None:
             count = sum(len(t["kernel"]) for t in tables if t is not None)
             print(
                 f"  {mode}: {count} kernel records: unpack {unpack_ns / count / 1000:.3f} us/record, "
-                f"into intervals {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
+                f"into rows {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
             )
     if capture is not None:  # the same bursts again, right after a drain: warm-up or backlog?
         capture.drain()
@@ -155,18 +156,22 @@ def plugin(profile_to: str | None) -> None:
         for extra in ((), ("--gpu-no-cupti",)):
             report = Path(tmp, "r.json")
             start = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--gpu-report={report}", *extra, tmp],
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--gpu-report={report}"]
+            run = subprocess.run(
+                [*command, "--durations=0", "--durations-min=0", *extra, tmp],
                 check=True,
                 capture_output=True,
+                text=True,
             )
             run_s = time.perf_counter() - start
+            phases = {p: float(t) for t, p in re.findall(r"^([\d.]+)s (setup|call|teardown) ", run.stdout, re.M)}
             (test,) = json.loads(report.read_text())["tests"]
             m = test["metrics"]
             label = "plugin " + (extra[0] if extra else "(CUPTI)")
             print(
                 f"{label:<26} 100,000 launches in one step: window {m['wall_ms']:.0f} ms, "
-                f"kernels {m['kernel_ms']:.0f} ms, truth {m['truth']}; whole pytest run {run_s:.2f} s",
+                f"kernels {m['kernel_ms']:.0f} ms, truth {m['truth']}; the test {sum(phases.values()):.2f} s "
+                f"({', '.join(f'{p} {t:.2f}' for p, t in phases.items())}); whole pytest run {run_s:.2f} s",
                 flush=True,
             )
         if profile_to:

@@ -16,11 +16,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import DeviceInterval, Span
+from pytest_gpuprof.model import NO_SPAN, DeviceInterval, DeviceWork, Span
 
 
 def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:
-    """The ``span_id`` of the step that issued each device interval, ``None`` where none did.
+    """The ``span_id`` of the step that issued each device interval, ``None`` where none did."""
+    ids = issuer_ids(steps, DeviceWork.of(device))
+    return [None if i == NO_SPAN else i for i in ids.tolist()]
+
+
+def issuer_ids(steps: Sequence[Span], device: DeviceWork) -> np.ndarray:
+    """The ``span_id`` of the step that issued each row, ``NO_SPAN`` where none did.
 
     A backend's tag first; else the innermost step open on the issuing ``thread`` at the
     host time the work was ``issued``; else, for a copy, the innermost step open on its
@@ -28,31 +34,32 @@ def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int
     the innermost step open at a time is the latest-started one that contains it, or one
     of its ancestors: numpy looks the last start up and climbs to the enclosing step.
     """
-    out: list[int | None] = [d.span_id for d in device]
+    rows = device.rows
+    out = rows["span_id"].copy()
     by_thread: dict[int, list[Span]] = defaultdict(list)
     by_stream: dict[int, list[Span]] = defaultdict(list)
     for span in steps:
         by_thread[span.thread].append(span)
         if span.stream is not None:
             by_stream[span.stream].append(span)
-    asked: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # lane -> (index, time)
-    for i, d in enumerate(device):
-        if d.span_id is not None:
-            continue
-        if d.issued and d.thread in by_thread:
-            asked["thread", d.thread].append((i, d.issued))
-        elif d.kind == "memcpy" and d.stream in by_stream:
-            asked["stream", d.stream].append((i, d.start))
-    for (what, lane), queries in asked.items():
-        found = _innermost(by_thread[lane] if what == "thread" else by_stream[lane], [t for _, t in queries])
-        for (i, _), span_id in zip(queries, found, strict=True):
-            out[i] = span_id
+    untagged = out == NO_SPAN
+    by_call = untagged & (rows["issued"] != 0) & np.isin(rows["thread"], list(by_thread))
+    by_copy = untagged & ~by_call & device.of_kind("memcpy") & np.isin(rows["stream"], list(by_stream))
+    for lanes, asked, lane_of, time_of in (
+        (by_thread, by_call, "thread", "issued"),
+        (by_stream, by_copy, "stream", "start"),
+    ):
+        rows_asked = np.flatnonzero(asked)
+        lane_ids = rows[lane_of][rows_asked]
+        for lane in np.unique(lane_ids).tolist():
+            at = rows_asked[lane_ids == lane]
+            out[at] = _innermost(lanes[lane], rows[time_of][at])
     return out
 
 
-def _innermost(spans: Sequence[Span], times: Sequence[int]) -> list[int | None]:
+def _innermost(spans: Sequence[Span], times: np.ndarray) -> np.ndarray:
     """For each time, the ``span_id`` of the innermost of the nested ``spans`` open then
-    (``start <= time <= end``), or ``None``."""
+    (``start <= time <= end``), or ``NO_SPAN``."""
     ordered = sorted(spans, key=lambda s: (s.start, -s.end, s.depth))
     starts = np.array([s.start for s in ordered], dtype=np.int64)
     ends = np.array([s.end for s in ordered], dtype=np.int64)
@@ -72,23 +79,26 @@ def _innermost(spans: Sequence[Span], times: Sequence[int]) -> list[int | None]:
         if not len(climb):
             break
         index[climb] = parent[index[climb]]
-    ids = [s.span_id for s in ordered]
-    return [ids[k] if k >= 0 else None for k in index.tolist()]
+    ids = np.array([NO_SPAN, *(s.span_id for s in ordered)], dtype=np.int64)
+    return ids[index + 1]
 
 
-def work_by_step(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> dict[int, list[DeviceInterval]]:
+def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceWork]:
     """The device work of each step that issued some, by ``span_id``."""
-    out: dict[int, list[DeviceInterval]] = defaultdict(list)
-    for d, span_id in zip(device, issuers(steps, device), strict=True):
-        if span_id is not None:
-            out[span_id].append(d)
-    return dict(out)
+    ids = issuer_ids(steps, device)
+    issued = np.flatnonzero(ids != NO_SPAN)
+    if not len(issued):
+        return {}
+    order = issued[np.argsort(ids[issued], kind="stable")]  # each step's rows in their order
+    found, first = np.unique(ids[order], return_index=True)
+    groups = np.split(order, first[1:])
+    return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
 
 
 def attribute_idle(
     steps: Sequence[Span],
     idle: Sequence[iv.Interval],
-    transfers: Mapping[str, Sequence[iv.Interval]] | None = None,
+    transfers: Mapping[str, iv.Intervals] | None = None,
 ) -> tuple[dict[str, float], float]:
     """Charge each idle stretch, device first: to the steps whose ``transfers`` (copies
     and memsets, by step name) occupied the device then, split evenly among them; the

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuprof.cupti_records import CALL, calls_of, records_of, unpack
-from pytest_gpuprof.model import DeviceInterval, DeviceKind
+from pytest_gpuprof.model import DeviceInterval, DeviceKind, DeviceWork
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
 
@@ -221,7 +221,7 @@ class CuptiCapture:
         with self._lock:
             self._records.extend(kept)
 
-    def _from_buffers(self) -> list[DeviceInterval]:
+    def _from_buffers(self) -> DeviceWork:
         """The device work in the buffers CUPTI filled since the last drain, in the host clock,
         each tied to the call that issued it where that call was recorded."""
         assert self._raw is not None
@@ -241,21 +241,21 @@ class CuptiCapture:
         if self.correlating:
             calls = np.concatenate([calls, *(calls_of(t["api"], self.offset_ns) for t in every if "api" in t)])
             calls = calls[np.argsort(calls["correlation_id"], kind="stable")]
-        kept: list[DeviceInterval] = []
+        kept: list[DeviceWork] = []
         last = 0
         for tables in every:
             kernels = tables.get("kernel")
             if kernels is not None:
                 for pointer in set(kernels["name"].tolist()) - self._names.keys():
                     self._names[pointer] = ctypes.string_at(pointer).decode(errors="replace") if pointer else ""
-            kept += records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns, calls)
+            kept.append(records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns, calls))
             if self.correlating:
                 last = max(
                     [last, *(int(t["correlation_id"].max()) for k, t in tables.items() if k != "api" and len(t))]
                 )
         # the calls of work not read yet (and the neighbour before them) wait for the next drain
         self._calls = calls[max(int(np.searchsorted(calls["correlation_id"], last)) - 1, 0) :][-KEPT_CALLS:]
-        return kept
+        return DeviceWork.join(kept)
 
     def _from_objects(self, activities: list[Any]) -> list[Record]:
         kept: list[Record] = []
@@ -275,21 +275,19 @@ class CuptiCapture:
         """CUPTI's id of a CUDA stream handle, as activity records name it."""
         return int(self._cupti.get_stream_id_ex(context, stream, 0))
 
-    def _flush(self) -> list[DeviceInterval]:
+    def _flush(self) -> DeviceWork:
         """Everything CUPTI recorded until now, in the host clock."""
         self._cupti.activity_flush_all(1)  # forced: hands over partly filled buffers too
         with self._lock:
             records, self._records = self._records, []
         offset = self.offset_ns
-        out = [
+        objects = DeviceWork.of(
             DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable)
             for kind, start, end, stream, name, nbytes, pageable in records
-        ]
-        if self._raw is not None:
-            out += self._from_buffers()
-        return out
+        )
+        return DeviceWork.join([objects, self._from_buffers()] if self._raw is not None else [objects])
 
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+    def drain(self) -> tuple[DeviceWork, list[str]]:
         """Flush CUPTI's buffers; every record since the last drain, in the host clock."""
         unreadable = self.deliveries["unreadable"]
         out = self._flush()

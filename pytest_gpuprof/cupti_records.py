@@ -1,19 +1,18 @@
 """CUPTI's activity records read from their bytes with numpy: pure functions.
 
 ``unpack`` splits a buffer into one structured array per kind of record; ``calls_of``
-and ``records_of`` turn them into the calls that issued work and the ``DeviceInterval``s
+and ``records_of`` turn them into the calls that issued work and the ``DeviceWork`` rows
 of that work, in the host clock, each tied to its call (``_issuing_calls``).
 """
 
 from __future__ import annotations
 
-import itertools
 import struct
 from collections.abc import Mapping
 
 import numpy as np
 
-from pytest_gpuprof.model import DeviceInterval
+from pytest_gpuprof.model import KINDS, NO_SPAN, ROW, DeviceWork
 
 # an API call, as the join needs it (sorted by correlation id): thread, host times of its
 # start and end
@@ -121,38 +120,48 @@ def records_of(
     pageable_kind: int,
     offset_ns: int = 0,
     calls: np.ndarray | None = None,
-) -> list[DeviceInterval]:
-    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``).
+) -> DeviceWork:
+    """The device work in ``unpack``'s tables, in the host clock (CUPTI's minus ``offset_ns``):
+    columns copied from column, no Python object per record.
 
     ``calls`` (``CALL`` rows sorted by correlation id) tie each record to the thread and
     time of the call that issued it (``_issuing_calls``).
     """
-    out: list[DeviceInterval] = []
+    parts = []
     for kind, t in tables.items():
-        count = len(t)
-        if kind == "kernel":
-            labels = [names[pointer] for pointer in t["name"].tolist()]
-            nbytes, pageable = [0] * count, [False] * count
-        elif kind == "memcpy":
-            labels = [copy_names.get(k, "copy") for k in t["copy_kind"].tolist()]
-            nbytes = t["bytes"].tolist()
-            pageable = ((t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)).tolist()
-        elif kind == "memset":
-            labels, nbytes, pageable = ["memset"] * count, t["bytes"].tolist(), [False] * count
-        else:  # API records: not device work
+        if kind not in KINDS:  # API records: not device work
             continue
-        start = (t["start"].astype(np.int64) - offset_ns).tolist()
-        end = (t["end"].astype(np.int64) - offset_ns).tolist()
-        thread, issued = _issuing_calls(t, calls)
-        columns = ([kind] * count, start, end, t["stream_id"].tolist(), labels, nbytes, pageable)
-        shape = _geometry(t) if kind == "kernel" else ()
-        out += itertools.starmap(
-            DeviceInterval, zip(*columns, itertools.repeat(None), thread, issued, *shape, strict=False)
-        )
-    return out
+        rows = np.zeros(len(t), dtype=ROW)
+        rows["kind"] = KINDS.index(kind)
+        rows["start"] = t["start"].astype(np.int64) - offset_ns
+        rows["end"] = t["end"].astype(np.int64) - offset_ns
+        rows["stream"] = t["stream_id"]
+        rows["span_id"] = NO_SPAN
+        rows["thread"], rows["issued"] = _issuing_calls(t, calls)
+        if kind == "kernel":
+            pointers, rows["name"] = _codes(t["name"])
+            labels = [names[p] for p in pointers]
+            for field, column in _geometry(t).items():
+                rows[field] = column
+        elif kind == "memcpy":
+            copy_kinds, rows["name"] = _codes(t["copy_kind"])
+            labels = [copy_names.get(k, "copy") for k in copy_kinds]
+            rows["bytes"] = t["bytes"]
+            rows["pageable"] = (t["src_kind"] == pageable_kind) | (t["dst_kind"] == pageable_kind)
+        else:
+            labels = ["memset"]
+            rows["bytes"] = t["bytes"]
+        parts.append(DeviceWork(rows, labels))
+    return DeviceWork.join(parts)
 
 
-def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[list[int], list[int]]:
+def _codes(values: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The distinct values, and each value's index among them."""
+    distinct, index = np.unique(values, return_inverse=True)
+    return distinct.tolist(), index.reshape(-1)
+
+
+def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The thread and host time at which each record's work was issued; 0 and 0 where
     that is not known.
 
@@ -163,32 +172,38 @@ def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[list[
     gap stands for the time.
     """
     count = len(records)
+    thread, issued = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
     if calls is None or not len(calls):
-        return [0] * count, [0] * count
-    correlation = records["correlation_id"]
-    ids, threads = calls["correlation_id"], calls["thread"]
+        return thread, issued
+    correlation, ids = records["correlation_id"], calls["correlation_id"]
     after = np.searchsorted(ids, correlation)  # the first call at or after each record
-    at = np.minimum(after, len(ids) - 1)
-    own = ids[at] == correlation
-    before = np.maximum(after - 1, 0)
-    between = ~own & (after > 0) & (after < len(ids)) & (threads[before] == threads[at])
-    thread = np.where(own, threads[at], np.where(between, threads[before], 0))
-    middle = (calls["returned"][before] + calls["issued"][at]) // 2
-    issued = np.where(own, calls["issued"][at], np.where(between, middle, 0))
-    return thread.tolist(), issued.tolist()
+    own = ids[np.minimum(after, len(ids) - 1)] == correlation
+    at = after[own]
+    thread[own], issued[own] = calls["thread"][at], calls["issued"][at]
+    rest = np.flatnonzero(~own)
+    after = after[rest]
+    inner = (after > 0) & (after < len(ids))
+    rest, after = rest[inner], after[inner]
+    same = calls["thread"][after - 1] == calls["thread"][after]
+    rest, after = rest[same], after[same]
+    thread[rest] = calls["thread"][after]
+    issued[rest] = (calls["returned"][after - 1] + calls["issued"][after]) // 2
+    return thread, issued
 
 
 _GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
 
 
-def _geometry(kernels: np.ndarray) -> tuple[list[int], ...]:
+def _geometry(kernels: np.ndarray) -> dict[str, np.ndarray]:
     """Blocks, threads per block, registers per thread and shared bytes per block of each
-    kernel record (none where the record version lacks them)."""
+    kernel record, by ``ROW`` field (none where the record version lacks them)."""
     names = kernels.dtype.names or ()
     if not all(n in names for n in (*_GEOMETRY, "static_shared_memory", "dynamic_shared_memory")):
-        return ()
+        return {}
     wide = {n: kernels[n].astype(np.int64) for n in _GEOMETRY}
-    blocks = wide["grid_x"] * wide["grid_y"] * wide["grid_z"]
-    threads = wide["block_x"] * wide["block_y"] * wide["block_z"]
-    shared = kernels["static_shared_memory"].astype(np.int64) + kernels["dynamic_shared_memory"].astype(np.int64)
-    return blocks.tolist(), threads.tolist(), wide["registers_per_thread"].tolist(), shared.tolist()
+    return {
+        "blocks": wide["grid_x"] * wide["grid_y"] * wide["grid_z"],
+        "threads": wide["block_x"] * wide["block_y"] * wide["block_z"],
+        "registers": wide["registers_per_thread"],
+        "shared": kernels["static_shared_memory"].astype(np.int64) + kernels["dynamic_shared_memory"].astype(np.int64),
+    }

@@ -1,8 +1,9 @@
 """Interval arithmetic on half-open ``[start, end)`` nanosecond intervals.
 
-Pure functions on plain tuples; everything the metrics need and nothing more. A window
-can hold a hundred thousand kernels, so union and clip work on numpy arrays inside, and
-on plain Python for the few intervals of a step or a copy.
+Pure functions on plain tuples, or an (n, 2) array of starts and ends; everything the
+metrics need and nothing more. A window can hold a hundred thousand kernels, so union and
+clip work on numpy arrays inside, and on plain Python for the few intervals of a step or
+a copy.
 """
 
 from __future__ import annotations
@@ -16,19 +17,29 @@ Interval = tuple[int, int]
 SMALL = 64
 
 
-def _array(intervals: Iterable[Interval]) -> np.ndarray:
+Intervals = Iterable[Interval] | np.ndarray
+
+
+def _listed(intervals: Intervals) -> list[Interval] | np.ndarray:
+    """A list, or an (n, 2) array; a short array as a list (plain Python is faster there)."""
+    if isinstance(intervals, np.ndarray):
+        return intervals if len(intervals) >= SMALL else [(s, e) for s, e in intervals.tolist()]
+    return intervals if isinstance(intervals, list) else list(intervals)
+
+
+def _array(intervals: Sequence[Interval] | np.ndarray) -> np.ndarray:
     """(n, 2) int64 starts and ends."""
-    return np.array(intervals if isinstance(intervals, list) else list(intervals), dtype=np.int64).reshape(-1, 2)
+    return np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
 
 
 def _pairs(starts: np.ndarray, ends: np.ndarray) -> list[Interval]:
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
-def union(intervals: Iterable[Interval]) -> list[Interval]:
+def union(intervals: Intervals) -> list[Interval]:
     """Sorted, disjoint, non-touching intervals covering exactly the input's points."""
-    listed = intervals if isinstance(intervals, list) else list(intervals)
-    if len(listed) < SMALL:
+    listed = _listed(intervals)
+    if isinstance(listed, list) and len(listed) < SMALL:
         out: list[Interval] = []
         for s, e in sorted(i for i in listed if i[1] > i[0]):
             if out and s <= out[-1][1]:
@@ -37,46 +48,72 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
             else:
                 out.append((s, e))
         return out
-    spans = _array(listed)
+    merged = _union_array(_array(listed))
+    return _pairs(merged[:, 0], merged[:, 1])
+
+
+def _union_array(spans: np.ndarray) -> np.ndarray:
     spans = spans[spans[:, 1] > spans[:, 0]]
     if not len(spans):
-        return []
+        return spans
     spans = spans[np.argsort(spans[:, 0], kind="stable")]
     starts, reach = spans[:, 0], np.maximum.accumulate(spans[:, 1])
     # an interval opens a new piece where it starts after everything before it ended
     first = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
     last = np.r_[first[1:] - 1, len(starts) - 1]
-    return _pairs(starts[first], reach[last])
+    return np.stack([starts[first], reach[last]], axis=1)
 
 
-def clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
+def clip(intervals: Intervals, window: Interval) -> list[Interval]:
     """The parts of ``intervals`` inside ``window``; empty parts dropped."""
-    listed = intervals if isinstance(intervals, list) else list(intervals)
+    listed = _listed(intervals)
     lo, hi = window
-    if len(listed) < SMALL:
+    if isinstance(listed, list) and len(listed) < SMALL:
         return [(max(s, lo), min(e, hi)) for s, e in listed if min(e, hi) > max(s, lo)]
-    spans = _array(listed)
-    starts, ends = np.maximum(spans[:, 0], lo), np.minimum(spans[:, 1], hi)
-    inside = ends > starts
-    return _pairs(starts[inside], ends[inside])
+    inside = _clip_array(_array(listed), window)
+    return _pairs(inside[:, 0], inside[:, 1])
 
 
-def length(intervals: Iterable[Interval]) -> int:
+def _clip_array(spans: np.ndarray, window: Interval) -> np.ndarray:
+    lo, hi = window
+    clipped = np.stack([np.maximum(spans[:, 0], lo), np.minimum(spans[:, 1], hi)], axis=1)
+    return clipped[clipped[:, 1] > clipped[:, 0]]
+
+
+def length(intervals: Intervals) -> int:
     """Total length of the union of ``intervals``."""
-    return sum(e - s for s, e in union(intervals))
+    listed = _listed(intervals)
+    if isinstance(listed, list) and len(listed) < SMALL:
+        return sum(e - s for s, e in union(listed))
+    merged = _union_array(_array(listed))
+    return int((merged[:, 1] - merged[:, 0]).sum())
 
 
-def covered_length(intervals: Iterable[Interval], window: Interval) -> int:
+def merged(intervals: np.ndarray, window: Interval) -> np.ndarray:
+    """``union(clip(intervals, window))`` of an (n, 2) array, as an array."""
+    return _union_array(_clip_array(_array(intervals), window))
+
+
+def covered_length(intervals: Intervals, window: Interval) -> int:
     """Length of the union of ``intervals`` inside ``window``."""
-    return length(clip(intervals, window))
+    listed = _listed(intervals)
+    if isinstance(listed, list) and len(listed) < SMALL:
+        return length(clip(listed, window))
+    return length(_clip_array(_array(listed), window))
 
 
-def gaps(disjoint: Sequence[Interval], window: Interval) -> list[Interval]:
+def gaps(disjoint: Sequence[Interval] | np.ndarray, window: Interval) -> list[Interval]:
     """The parts of ``window`` that the sorted disjoint intervals leave uncovered."""
     lo, hi = window
+    listed = _listed(disjoint)
+    if isinstance(listed, np.ndarray):
+        inside = _clip_array(listed, window)
+        starts, ends = np.r_[lo, inside[:, 1]], np.r_[inside[:, 0], hi]
+        kept = ends > starts
+        return _pairs(starts[kept], ends[kept])
     out: list[Interval] = []
     cursor = lo
-    for s, e in disjoint:
+    for s, e in listed:
         if e <= lo or s >= hi:
             continue
         if s > cursor:

@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
+
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics, whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
@@ -146,20 +148,21 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         reported = _ratio(bracketed, wall)
     if timeline.truth == "events" and not timeline.device:
         return _unseen(timeline, wall, reported)
-    kernel_work = [d for d in timeline.device if d.kind == "kernel"]
-    copies = [(d.start, d.end) for d in timeline.device if d.kind == "memcpy"]
-    busy_spans = [(d.start, d.end) for d in timeline.device]
-    busy_ns = iv.covered_length(busy_spans, window)
-    copy_ns = iv.covered_length(copies, window)
+    device = timeline.device
+    kernel_work = device.where(device.of_kind("kernel"))
+    busy_ns = iv.covered_length(device.spans(), window)
+    copy_ns = iv.covered_length(device.where(device.of_kind("memcpy")).spans(), window)
     seen = _whatif_window(timeline)
     kernel_ns = seen.kernel_ns
 
     names = {s.span_id: s.name for s in timeline.steps}
-    transfers: dict[str, list[iv.Interval]] = defaultdict(list)
+    transfers: dict[str, list[np.ndarray]] = defaultdict(list)
     for span_id, done in seen.work.items():
         if span_id in names:  # tagged by a step outside the window: its work is nobody's here
-            transfers[names[span_id]] += [(d.start, d.end) for d in done if d.kind != "kernel"]
-    charged, unattributed = attribute_idle(timeline.steps, seen.idle, transfers)
+            transfers[names[span_id]].append(done.where(~done.of_kind("kernel")).spans())
+    charged, unattributed = attribute_idle(
+        timeline.steps, seen.idle, {name: np.concatenate(spans) for name, spans in transfers.items()}
+    )
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
@@ -178,7 +181,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         discrepancy=None if reported is None else reported - utilization,
         overhead_ms=(wall - kernel_ns) / NS_PER_MS,
         unattributed_ms=unattributed / NS_PER_MS,
-        kernels=sum(1 for d in kernel_work if min(d.end, window[1]) > max(d.start, window[0])),
+        kernels=int(np.count_nonzero(kernel_work.inside(window))),
         truth=timeline.truth,
         steps=step_metrics(timeline.steps, seen.work, charged, window, timeline.sm if reason is None else None),
         nvml=nvml_metrics(timeline.samples, window),
@@ -212,11 +215,11 @@ def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], 
 def _whatif_window(timeline: Timeline) -> whatif.Window:
     """The window as attribution and the scenarios see it: kernel time, idle, work by step."""
     window = (timeline.start, timeline.end)
-    kernel_union = iv.union(iv.clip([(d.start, d.end) for d in timeline.device if d.kind == "kernel"], window))
+    kernel_union = iv.merged(timeline.device.where(timeline.device.of_kind("kernel")).spans(), window)
     return whatif.Window(
         start=timeline.start,
         end=timeline.end,
-        kernel_ns=sum(e - s for s, e in kernel_union),
+        kernel_ns=int((kernel_union[:, 1] - kernel_union[:, 0]).sum()),
         idle=iv.gaps(kernel_union, window),
         steps=timeline.steps,
         work=work_by_step(timeline.steps, timeline.device),

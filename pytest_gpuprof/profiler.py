@@ -15,13 +15,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from pytest_gpuprof import examples
 from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
 from pytest_gpuprof.budget import Breach, Budget, breaches_of, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
 from pytest_gpuprof.metrics import Metrics
-from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+from pytest_gpuprof.model import DeviceWork, Sample, Span, Timeline
 from pytest_gpuprof.text import GIB, failure_message
 from pytest_gpuprof.whatif import Prediction
 
@@ -90,7 +92,7 @@ class Profiler:
         self._lock = threading.Lock()
         self._steps: list[Span] = []
         self._regions: list[Span] = []
-        self._device: list[DeviceInterval] = []
+        self._device: list[DeviceWork] = []  # drained, not yet joined
         self._notes: list[str] = []
         self._measuring = 0
         backend.begin()
@@ -218,15 +220,24 @@ class Profiler:
     def _collect(self) -> None:
         device, notes = self.backend.drain()
         with self._lock:
-            self._device.extend(device)
+            if len(device):
+                self._device.append(device)
             self._notes.extend(n for n in notes if n not in self._notes)
+
+    def _joined(self) -> DeviceWork:
+        """Every drain's rows as one ``DeviceWork`` (kept joined; the lock is held)."""
+        joined = DeviceWork.join(self._device)
+        self._device[:] = [joined] if len(joined) else []
+        return joined
 
     def _timeline(self, start: int, end: int, gpm: dict[str, float] | None = None) -> Timeline:
         self._collect()
         with self._lock:
             steps = tuple(s for s in self._steps if s.end >= start and s.start <= end)
             regions = tuple(r for r in self._regions if r.end >= start and r.start <= end)
-            device = tuple(d for d in self._device if d.end > start and d.start < end)
+            every = self._joined()
+            rows = every.rows
+            device = every.where((rows["end"] > start) & (rows["start"] < end))
             notes = tuple(self._notes)
         return Timeline(
             start,
@@ -251,9 +262,10 @@ class Profiler:
                 return None
             start = min(s.start for s in spans)
             end = max(s.end for s in spans)
-            launched = {s.span_id for s in spans}
-            tail = [d.end for d in self._device if d.span_id in launched or start <= d.start < end]
-        timeline = self._timeline(start, max([end, *tail]))
+            rows = self._joined().rows
+            launched = np.isin(rows["span_id"], [s.span_id for s in spans])
+            tail = rows["end"][launched | ((rows["start"] >= start) & (rows["start"] < end))]
+        timeline = self._timeline(start, max(end, int(tail.max(initial=end))))
         return Window("test", metrics_mod.compute(timeline, self.pinned_gbps), timeline)
 
     @property

@@ -10,12 +10,12 @@ kernels' time: how full the GPU was while they ran.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import NS_PER_MS, DeviceInterval
+from pytest_gpuprof.model import NS_PER_MS, DeviceWork
 from pytest_gpuprof.occupancy import Geometry, SmLimits, coverage, occupancy
 
 TOP = 5
@@ -37,47 +37,63 @@ class KernelSummary:
         return asdict(self)
 
 
-def geometry(d: DeviceInterval) -> Geometry:
-    return Geometry(d.blocks, d.threads, d.registers, d.shared)
-
-
-def unseen(kernels: Sequence[DeviceInterval], sm: SmLimits | None, reason: str) -> str | None:
+def unseen(kernels: DeviceWork, sm: SmLimits | None, reason: str) -> str | None:
     """Why the kernels' SM use is not known, or ``None`` when it is."""
     if sm is None:
         return reason
-    if any(d.threads <= 0 for d in kernels):
+    if (kernels.rows["threads"] <= 0).any():
         return "some kernel records carry no geometry (grid, block): read as cupti-python's objects"
     return None
 
 
-def sm_weighted_ns(kernels: Iterable[DeviceInterval], sm: SmLimits, window: iv.Interval) -> float:
+_SHAPE = ("blocks", "threads", "registers", "shared")
+
+
+def coverages(kernels: DeviceWork, sm: SmLimits) -> np.ndarray:
+    """Each kernel's SM coverage, worked out once per distinct geometry (a window's
+    hundred thousand launches have a handful)."""
+    rows = kernels.rows
+    shape = np.zeros(len(rows), dtype=np.int64)  # the index of each row's geometry
+    first = np.zeros(0, dtype=np.int64)  # the first row of each geometry
+    for field in _SHAPE:  # one column at a time: numpy sorts integers, not rows, fast
+        values, value = np.unique(rows[field], return_inverse=True)
+        _, first, shape = np.unique(shape * len(values) + value.reshape(-1), return_index=True, return_inverse=True)
+        shape = shape.reshape(-1)
+    covered = [coverage(Geometry(*(int(rows[f][i]) for f in _SHAPE)), sm) for i in first.tolist()]
+    return np.array(covered, dtype=float)[shape]
+
+
+def sm_weighted_ns(kernels: DeviceWork, sm: SmLimits, window: iv.Interval) -> float:
     """Kernel time inside ``window``, each kernel weighted by its SM coverage."""
-    lo, hi = window
-    return sum(max(0, min(d.end, hi) - max(d.start, lo)) * coverage(geometry(d), sm) for d in kernels)
+    return float((kernels.inside(window) * coverages(kernels, sm)).sum())
 
 
-def top_kernels(
-    kernels: Sequence[DeviceInterval], sm: SmLimits | None, window: iv.Interval
-) -> tuple[KernelSummary, ...]:
+def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -> tuple[KernelSummary, ...]:
     """The kernels that took the most time in the window, by name."""
-    lo, hi = window
-    by_name: dict[str, list[DeviceInterval]] = defaultdict(list)
-    for d in kernels:
-        by_name[d.name].append(d)
+    if not len(kernels):
+        return ()
+    rows = kernels.rows
+    names, group = np.unique(rows["name"], return_inverse=True)
+    group = group.reshape(-1)
+    counts = np.bincount(group)
+    totals = np.bincount(group, weights=kernels.inside(window))
+    # each name's longest launch (its first, among equals): the first of its group by
+    # falling duration
+    order = np.lexsort((rows["start"] - rows["end"], group))
+    longest = order[np.r_[0, np.flatnonzero(np.diff(group[order])) + 1]]
     out = []
-    for name, launches in by_name.items():
-        total = sum(max(0, min(d.end, hi) - max(d.start, lo)) for d in launches)
-        longest = max(launches, key=lambda d: d.end - d.start)
-        known = sm is not None and longest.threads > 0
+    for name, count, total, at in zip(names.tolist(), counts.tolist(), totals.tolist(), longest.tolist(), strict=True):
+        shape = Geometry(*(int(rows[f][at]) for f in _SHAPE))
+        known = sm is not None and shape.threads > 0
         out.append(
             KernelSummary(
-                name=name,
-                count=len(launches),
+                name=kernels.names[name],
+                count=count,
                 total_ms=total / NS_PER_MS,
-                blocks=longest.blocks,
-                threads=longest.threads,
-                sm_coverage=coverage(geometry(longest), sm) if known and sm is not None else None,
-                occupancy=occupancy(geometry(longest), sm) if known and sm is not None else None,
+                blocks=shape.blocks,
+                threads=shape.threads,
+                sm_coverage=coverage(shape, sm) if known and sm is not None else None,
+                occupancy=occupancy(shape, sm) if known and sm is not None else None,
             )
         )
     return tuple(sorted(out, key=lambda k: -k.total_ms)[:TOP])

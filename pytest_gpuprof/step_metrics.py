@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics
-from pytest_gpuprof.model import NS_PER_MS, DeviceInterval, Span
+from pytest_gpuprof.model import NS_PER_MS, DeviceWork, Span
 from pytest_gpuprof.occupancy import SmLimits
 
 
@@ -32,7 +32,7 @@ class StepMetrics:
 
 def step_metrics(
     steps: Sequence[Span],
-    work: Mapping[int, Sequence[DeviceInterval]],
+    work: Mapping[int, DeviceWork],
     charged: Mapping[str, float] | None,
     window: iv.Interval,
     sm: SmLimits | None = None,
@@ -48,19 +48,20 @@ def step_metrics(
         every = by_name[name]
         spans = _outermost(every)
         durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
-        copies = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "memcpy"]
+        done = DeviceWork.join(work[sp.span_id] for sp in every if sp.span_id in work)
+        copies = done.where(done.of_kind("memcpy"))
         declared = [sp.bytes for sp in spans if sp.bytes is not None]
-        copied = sum(c.bytes for c in copies)
-        nbytes = copied if copies else sum(declared)
-        copy_ns = iv.length((c.start, c.end) for c in copies)
+        copied = int(copies.rows["bytes"].sum())
+        nbytes = copied if len(copies) else sum(declared)
+        copy_ns = iv.length(copies.spans())
         host_ns = sum(durations)
         gbps: float | None = None
-        if copies and copy_ns > 0:
+        if len(copies) and copy_ns > 0:
             gbps = copied / copy_ns  # bytes per ns is GB/s
         elif nbytes and host_ns > 0:
             gbps = nbytes / host_ns
-        kernels = [d for sp in every for d in work.get(sp.span_id, ()) if d.kind == "kernel"]
-        kernel_ns = sum(max(0, min(d.end, window[1]) - max(d.start, window[0])) for d in kernels)
+        kernels = done.where(done.of_kind("kernel"))
+        kernel_ns = int(kernels.inside(window).sum())
         step_sm = None
         if sm is not None and kernel_ns > 0:
             step_sm = sm_metrics.sm_weighted_ns(kernels, sm, window) / kernel_ns
@@ -71,22 +72,22 @@ def step_metrics(
             idle_ms=None if charged is None else charged.get(name, 0.0) / NS_PER_MS,
             bytes=nbytes,
             gbps=gbps,
-            pageable=any(sp.pageable for sp in spans) or any(c.pageable for c in copies),
+            pageable=any(sp.pageable for sp in spans) or bool(copies.rows["pageable"].any()),
             sm_utilization=step_sm,
         )
     return out
 
 
-def declared_against_copied(
-    steps: Sequence[Span], work: Mapping[int, Sequence[DeviceInterval]], window: iv.Interval
-) -> list[str]:
+def declared_against_copied(steps: Sequence[Span], work: Mapping[int, DeviceWork], window: iv.Interval) -> list[str]:
     """A note for each step whose declared ``bytes=`` differ from what its copies moved."""
     declared: dict[str, int] = defaultdict(int)
     copied: dict[str, int] = defaultdict(int)
     for span in _outermost([s for s in steps if s.bytes is not None and s.end >= window[0] and s.start <= window[1]]):
         declared[span.name] += span.bytes or 0
     for span in steps:
-        copied[span.name] += sum(d.bytes for d in work.get(span.span_id, ()) if d.kind == "memcpy")
+        done = work.get(span.span_id)
+        if done is not None:
+            copied[span.name] += int(done.rows["bytes"][done.of_kind("memcpy")].sum())
     return [
         f"step {name!r} declared {nbytes:,} bytes (bytes=) but its copies moved {copied[name]:,}"
         for name, nbytes in sorted(declared.items())

@@ -25,8 +25,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import NS_PER_MS, DeviceInterval, Span
+from pytest_gpuprof.model import NS_PER_MS, DeviceWork, Span
 
 SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
 
@@ -49,7 +51,7 @@ class Window:
     kernel_ns: int
     idle: Sequence[iv.Interval]  # kernel-idle stretches, sorted and disjoint
     steps: Sequence[Span]
-    work: Mapping[int, Sequence[DeviceInterval]]  # device work by the span_id that issued it
+    work: Mapping[int, DeviceWork]  # device work by the span_id that issued it
 
     @property
     def wall(self) -> int:
@@ -68,9 +70,9 @@ def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
     moving: dict[str, bool] = {}
     for span_id, done in window.work.items():
         name = names.get(span_id)
-        for d in done:
-            if d.kind != "kernel" and name is not None and charged.get(name, 0) > 0:
-                moving[name] = moving.get(name, False) or d.pageable
+        moved = done.rows[~done.of_kind("kernel")]
+        if len(moved) and name is not None and charged.get(name, 0) > 0:
+            moving[name] = moving.get(name, False) or bool(moved["pageable"].any())
     return [f"overlap:{n}" for n in sorted(moving)] + [f"pinned:{n}" for n in sorted(moving) if moving[n]]
 
 
@@ -96,23 +98,20 @@ def predict(window: Window, scenario: str, pinned_gbps: Callable[[], float] | No
 class _Unit:
     start: int
     end: int
-    work: list[DeviceInterval]  # the step's copies and memsets
+    work: DeviceWork  # the step's copies and memsets
     a: int  # their device time
     waited: int  # the kernel-idle while they ran, inside the unit
 
 
 def _units(window: Window, step: str) -> list[_Unit]:
-    spans = [s for s in window.steps if s.name == step]
-    moved = sorted(
-        ([d for d in window.work.get(s.span_id, ()) if d.kind != "kernel"] for s in spans),
-        key=lambda done: min((d.start for d in done), default=0),
-    )
-    moved = [done for done in moved if done]
-    starts = [max(min(d.start for d in done), window.start) for done in moved]
+    every = (window.work.get(s.span_id) for s in window.steps if s.name == step)
+    moved = [done.where(~done.of_kind("kernel")) for done in every if done is not None]
+    moved = sorted((done for done in moved if len(done)), key=lambda done: int(done.rows["start"].min()))
+    starts = [max(int(done.rows["start"].min()), window.start) for done in moved]
     units = []
     for i, done in enumerate(moved):
         lo, hi = starts[i], starts[i + 1] if i + 1 < len(moved) else window.end
-        busy = iv.union(iv.clip([(d.start, d.end) for d in done], (window.start, window.end)))
+        busy = iv.union(iv.clip(done.spans(), (window.start, window.end)))
         waited = sum(e - s for s, e in iv.intersect(iv.intersect(window.idle, busy), [(lo, hi)]))
         units.append(_Unit(lo, hi, done, sum(e - s for s, e in busy), waited))
     return units
@@ -144,12 +143,13 @@ def overlap_schedule(window: Window, step: str) -> tuple[list[iv.Interval], list
 
 
 def _pinned(window: Window, units: Sequence[_Unit], pinned_gbps: Callable[[], float]) -> Prediction | None:
-    if not any(d.pageable for u in units for d in u.work):
+    if not any(u.work.rows["pageable"].any() for u in units):
         return None
     rate = pinned_gbps()  # bytes per ns
     saved = 0.0
     for unit in units:
-        pinned = sum(d.bytes / rate if d.pageable else d.end - d.start for d in unit.work)
+        rows = unit.work.rows
+        pinned = float(np.where(rows["pageable"], rows["bytes"] / rate, rows["end"] - rows["start"]).sum())
         if unit.a > 0:
             saved += unit.waited * max(0.0, 1 - pinned / unit.a)
     return window.predict(window.wall - saved)
@@ -159,10 +159,10 @@ def _faster(window: Window, step: str, factor: float) -> Prediction | None:
     spans = [s for s in window.steps if s.name == step]
     if not spans or factor <= 0:
         return None
-    ids = {s.span_id for s in spans}
-    kernels = iv.length((d.start, d.end) for i in ids for d in window.work.get(i, ()) if d.kind == "kernel")
+    done = DeviceWork.join(window.work[s.span_id] for s in spans if s.span_id in window.work)
+    kernels = iv.length(done.where(done.of_kind("kernel")).spans())
     # the kernel-idle while one of the step's spans was open on its thread, or its work ran
-    busy = iv.union([(s.start, s.end) for s in spans] + [(d.start, d.end) for i in ids for d in window.work.get(i, ())])
+    busy = iv.union(np.concatenate([np.array([(s.start, s.end) for s in spans]).reshape(-1, 2), done.spans()]))
     idle = sum(e - s for s, e in iv.intersect(window.idle, busy))
     cut = (1 - 1 / factor) * (kernels + idle)
     return window.predict(window.wall - cut, window.kernel_ns - (1 - 1 / factor) * kernels)

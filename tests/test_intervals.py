@@ -1,5 +1,6 @@
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,3 +60,23 @@ def test_intersect_keeps_exactly_the_points_of_both(a, b):
     both = iv.intersect(iv.union(a), iv.union(b))
     assert [covered(both, t) for t in range(GRID)] == [covered(a, t) and covered(b, t) for t in range(GRID)]
     assert all(x[1] <= y[0] for x, y in itertools.pairwise(both))
+
+
+def plain(result):
+    """``result`` with every number checked to be a Python int (numpy's would not cross
+    xdist's wire)."""
+    flat = [result] if isinstance(result, int) else [x for pair in result for x in pair]
+    assert all(type(x) is int for x in flat), result
+    return result
+
+
+@given(intervals, interval)
+def test_an_array_of_intervals_gives_what_the_list_gives_in_python_ints(spans, window):
+    array = np.array(spans, dtype=np.int64).reshape(-1, 2)
+    assert plain(iv.union(array)) == iv.union(spans)
+    assert plain(iv.clip(array, window)) == iv.clip(spans, window)
+    assert plain(iv.length(array)) == iv.length(spans)
+    assert plain(iv.covered_length(array, window)) == iv.covered_length(spans, window)
+    disjoint = iv.union(spans)
+    assert plain(iv.gaps(np.array(disjoint, dtype=np.int64).reshape(-1, 2), window)) == iv.gaps(disjoint, window)
+    assert iv.merged(array, window).tolist() == [list(p) for p in iv.union(iv.clip(spans, window))]

@@ -1,4 +1,4 @@
-"""Backends run device work and report what the device did, as ``DeviceInterval``s.
+"""Backends run device work and report what the device did, as ``DeviceWork``.
 
 ``host`` runs on the CPU (always available); ``cuda`` runs on CuPy and reads CUPTI
 activity records or, failing that, CUDA events. Backends only produce timelines.
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.clock import Clock
-from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.model import DeviceWork, Truth
 from pytest_gpuprof.occupancy import SmLimits
 
 
@@ -106,7 +106,7 @@ class Backend(Protocol):
         """Start keeping device intervals (a test or window starts)."""
         ...
 
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+    def drain(self) -> tuple[DeviceWork, list[str]]:
         """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
         ...
 

@@ -22,7 +22,7 @@ import numpy as np
 from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.clock import Clock, RealClock
-from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.model import DeviceInterval, DeviceWork, Truth
 from pytest_gpuprof.occupancy import SmLimits
 
 
@@ -288,12 +288,12 @@ class CudaBackend:
         with self._lock:
             self._edges = []
 
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+    def drain(self) -> tuple[DeviceWork, list[str]]:
         if self._cupti is not None:
             return self._cupti.drain()
         return self._drain_events()
 
-    def _drain_events(self) -> tuple[list[DeviceInterval], list[str]]:
+    def _drain_events(self) -> tuple[DeviceWork, list[str]]:
         if self._anchor is None:
             self.begin()
         assert self._anchor is not None
@@ -312,7 +312,7 @@ class CudaBackend:
             "or the current stream); kernels, copies and waits inside a step are not told apart, and work "
             "on other non-blocking streams is not seen"
         )
-        return out, [note]
+        return DeviceWork.of(out), [note]
 
     def close(self) -> None:
         try:

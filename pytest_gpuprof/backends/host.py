@@ -23,7 +23,7 @@ import numpy as np
 from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.context import current_span_id
-from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.model import DeviceInterval, DeviceWork, Truth
 
 # A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
 # stages pageable memory through pinned buffers.
@@ -318,10 +318,10 @@ class HostBackend:
         with self._lock:
             self._intervals = []
 
-    def drain(self) -> tuple[list[DeviceInterval], list[str]]:
+    def drain(self) -> tuple[DeviceWork, list[str]]:
         with self._lock:
             out, self._intervals = self._intervals, []
-        return out, []
+        return DeviceWork.of(out), []
 
     def close(self) -> None:
         for s in list(self._streams):
