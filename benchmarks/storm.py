@@ -16,8 +16,9 @@ Each launches 1,000 empty kernels to warm up, then 5 bursts of 20,000, timing ea
 (the per-launch figure of a burst is its time / 20,000), then drains: one flush and the
 reading of every record, timed together; the per-record figure is that time / records.
 Then ``plugin``: a pytest test whose one step launches 100,000 empty kernels, run whole in
-a child pytest with and without ``--gpu-no-cupti``; its window's wall time and the whole
-run's time are printed. One line per measurement.
+a child pytest with and without ``--gpu-no-cupti``, three times in turns; its window's
+wall time, the test's (setup, call and teardown, as ``--durations`` gives them) and the
+whole run's time are printed. One line per measurement.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTS, LAUNCHES = 5, 20_000
+PLUGIN_RUNS = 3  # with and without CUPTI in turns
 
 
 def storm(mode: str) -> None:
@@ -153,7 +155,7 @@ def plugin(profile_to: str | None) -> None:
     CUPTI run once more under cProfile, its statistics written there."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_storm.py").write_text(PLUGIN_TEST)
-        for extra in ((), ("--gpu-no-cupti",)):
+        for extra in ((), ("--gpu-no-cupti",)) * PLUGIN_RUNS:
             report = Path(tmp, "r.json")
             start = time.perf_counter()
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--gpu-report={report}"]
@@ -197,7 +199,10 @@ def plugin(profile_to: str | None) -> None:
             import pstats
 
             with open(profile_to, "w") as out:
-                pstats.Stats(str(stats), stream=out).sort_stats("cumulative").print_stats(60)
+                profile = pstats.Stats(str(stats), stream=out).sort_stats("cumulative")
+                profile.print_stats(40)
+                profile.print_stats("pytest_gpuprof|cupti", 80)  # the plugin's own share
+                profile.print_callers(r"threading.py.*\(wait\)")
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ class DeviceWork(Sequence[DeviceInterval]):
         kept = [p for p in parts if len(p)]
         if len(kept) <= 1:
             return kept[0] if kept else cls()
-        if all(p.names is kept[0].names for p in kept):  # parts of one window: names shared
+        if all(p.names == kept[0].names for p in kept):  # one window's parts, or buffers of one kernel
             return cls(np.concatenate([p.rows for p in kept]), kept[0].names)
         names: dict[str, int] = {}
         pieces = []
