@@ -91,20 +91,22 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
         return {}
     order = issued[np.argsort(ids[issued], kind="stable")]  # each step's rows in their order
     found, first = np.unique(ids[order], return_index=True)
+    if len(found) == 1 and len(order) == len(device):  # one step issued it all
+        return {int(found[0]): device}
     groups = np.split(order, first[1:])
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
 
 
 def attribute_idle(
     steps: Sequence[Span],
-    idle: Sequence[iv.Interval],
+    idle: Sequence[iv.Interval] | np.ndarray,
     transfers: Mapping[str, iv.Intervals] | None = None,
 ) -> tuple[dict[str, float], float]:
     """Charge each idle stretch, device first: to the steps whose ``transfers`` (copies
     and memsets, by step name) occupied the device then, split evenly among them; the
     rest to the innermost host step of each thread active then.
 
-    ``idle`` is sorted and disjoint. Returns nanoseconds charged per step name and the
+    ``idle`` is sorted and disjoint (a list, or an (n, 2) array). Returns nanoseconds charged per step name and the
     nanoseconds neither covered; the two add up to the total idle length.
     """
     if not transfers:
@@ -117,7 +119,7 @@ def attribute_idle(
     busy = iv.union((s.start, s.end) for s in lanes)
     if not busy:
         return _charge_lanes(steps, idle)
-    lo, hi = (idle[0][0], idle[-1][1]) if idle else (0, 0)
+    lo, hi = (int(idle[0][0]), int(idle[-1][1])) if len(idle) else (0, 0)
     by_device, _ = _charge_lanes(lanes, iv.intersect(idle, busy))
     by_host, unattributed = _charge_lanes(steps, iv.intersect(idle, iv.gaps(busy, (lo, hi))))
     for name, ns in by_device.items():
@@ -125,7 +127,7 @@ def attribute_idle(
     return by_host, unattributed
 
 
-def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[dict[str, float], float]:
+def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarray) -> tuple[dict[str, float], float]:
     """Charge each idle stretch to the innermost step of each thread active then, split
     evenly among the threads that have one.
 
@@ -135,9 +137,9 @@ def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[d
     """
     charged: dict[str, float] = defaultdict(float)
     unattributed = 0.0
-    if not idle:
+    if not len(idle):
         return dict(charged), unattributed
-    lo, hi = idle[0][0], idle[-1][1]
+    lo, hi = int(idle[0][0]), int(idle[-1][1])
     relevant = [s for s in steps if s.end > lo and s.start < hi and s.end > s.start]
     opening: dict[int, list[Span]] = defaultdict(list)
     closing: dict[int, list[Span]] = defaultdict(list)
@@ -172,10 +174,12 @@ def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval]) -> tuple[d
     return dict(charged), unattributed
 
 
-def _idle_before(idle: Sequence[iv.Interval], points: Sequence[int]) -> list[int]:
+def _idle_before(idle: Sequence[iv.Interval] | np.ndarray, points: Sequence[int]) -> list[int]:
     """For each point, the idle time before it (``idle`` sorted and disjoint; ``points``
     sorted)."""
     if len(idle) < iv.SMALL:  # a walk beats numpy's per-call cost
+        if isinstance(idle, np.ndarray):
+            idle = [(s, e) for s, e in idle.tolist()]
         out, done, k = [], 0, 0
         for at in points:
             while k < len(idle) and idle[k][1] <= at:

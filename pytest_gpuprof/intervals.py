@@ -104,13 +104,11 @@ def covered_length(intervals: Intervals, window: Interval) -> int:
 
 def gaps(disjoint: Sequence[Interval] | np.ndarray, window: Interval) -> list[Interval]:
     """The parts of ``window`` that the sorted disjoint intervals leave uncovered."""
-    lo, hi = window
     listed = _listed(disjoint)
     if isinstance(listed, np.ndarray):
-        inside = _clip_array(listed, window)
-        starts, ends = np.r_[lo, inside[:, 1]], np.r_[inside[:, 0], hi]
-        kept = ends > starts
-        return _pairs(starts[kept], ends[kept])
+        uncovered = holes(listed, window)
+        return _pairs(uncovered[:, 0], uncovered[:, 1])
+    lo, hi = window
     out: list[Interval] = []
     cursor = lo
     for s, e in listed:
@@ -124,15 +122,33 @@ def gaps(disjoint: Sequence[Interval] | np.ndarray, window: Interval) -> list[In
     return out
 
 
-def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+def holes(disjoint: np.ndarray, window: Interval) -> np.ndarray:
+    """``gaps`` of an (n, 2) array of sorted disjoint intervals, as an array."""
+    lo, hi = window
+    inside = _clip_array(_array(disjoint), window)
+    starts, ends = np.r_[lo, inside[:, 1]], np.r_[inside[:, 0], hi]
+    kept = ends > starts
+    return np.stack([starts[kept], ends[kept]], axis=1)
+
+
+def intersect(a: Sequence[Interval] | np.ndarray, b: Sequence[Interval] | np.ndarray) -> list[Interval]:
     """The points in both ``a`` and ``b``, each sorted and disjoint."""
+    listed_a, listed_b = _listed(a), _listed(b)
+    if isinstance(listed_a, np.ndarray) or isinstance(listed_b, np.ndarray):
+        if not len(listed_a) or not len(listed_b):
+            return []
+        # what neither misses: outside the gaps of either
+        span = (min(listed_a[0][0], listed_b[0][0]), max(listed_a[-1][1], listed_b[-1][1]))
+        missed = np.concatenate([holes(_array(listed_a), span), holes(_array(listed_b), span)])
+        both = holes(_union_array(missed), span)
+        return _pairs(both[:, 0], both[:, 1])
     out: list[Interval] = []
     i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+    while i < len(listed_a) and j < len(listed_b):
+        lo, hi = max(listed_a[i][0], listed_b[j][0]), min(listed_a[i][1], listed_b[j][1])
         if lo < hi:
             out.append((lo, hi))
-        if a[i][1] < b[j][1]:
+        if listed_a[i][1] < listed_b[j][1]:
             i += 1
         else:
             j += 1

@@ -16,7 +16,7 @@ import numpy as np
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics, whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
-from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, Sample, Timeline, Truth
+from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, DeviceWork, Sample, Timeline, Truth
 from pytest_gpuprof.sm_metrics import KernelSummary
 from pytest_gpuprof.stats import Summary
 from pytest_gpuprof.step_metrics import StepMetrics, declared_against_copied, step_metrics
@@ -152,7 +152,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     kernel_work = device.where(device.of_kind("kernel"))
     busy_ns = iv.covered_length(device.spans(), window)
     copy_ns = iv.covered_length(device.where(device.of_kind("memcpy")).spans(), window)
-    seen = _whatif_window(timeline)
+    seen = _whatif_window(timeline, kernel_work)
     kernel_ns = seen.kernel_ns
 
     names = {s.span_id: s.name for s in timeline.steps}
@@ -212,15 +212,18 @@ def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], 
     return whatif.overlap_schedule(_whatif_window(timeline), step)
 
 
-def _whatif_window(timeline: Timeline) -> whatif.Window:
-    """The window as attribution and the scenarios see it: kernel time, idle, work by step."""
+def _whatif_window(timeline: Timeline, kernels: DeviceWork | None = None) -> whatif.Window:
+    """The window as attribution and the scenarios see it: kernel time, idle, work by step
+    (``kernels``: the window's, where the caller has them already)."""
     window = (timeline.start, timeline.end)
-    kernel_union = iv.merged(timeline.device.where(timeline.device.of_kind("kernel")).spans(), window)
+    if kernels is None:
+        kernels = timeline.device.where(timeline.device.of_kind("kernel"))
+    kernel_union = iv.merged(kernels.spans(), window)
     return whatif.Window(
         start=timeline.start,
         end=timeline.end,
         kernel_ns=int((kernel_union[:, 1] - kernel_union[:, 0]).sum()),
-        idle=iv.gaps(kernel_union, window),
+        idle=iv.holes(kernel_union, window),
         steps=timeline.steps,
         work=work_by_step(timeline.steps, timeline.device),
     )

@@ -146,7 +146,10 @@ class DeviceWork(Sequence[DeviceInterval]):
         return cls(np.concatenate(pieces), tuple(names))
 
     def where(self, selected: np.ndarray) -> DeviceWork:
-        """The rows a boolean mask or an index array selects."""
+        """The rows a boolean mask or an index array selects (itself, where a mask keeps
+        every row: the rows are not copied)."""
+        if selected.dtype == np.bool_ and selected.all():
+            return self
         return DeviceWork(self.rows[selected], self.names)
 
     def of_kind(self, kind: DeviceKind) -> np.ndarray:

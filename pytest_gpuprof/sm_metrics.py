@@ -53,6 +53,8 @@ def coverages(kernels: DeviceWork, sm: SmLimits) -> np.ndarray:
     """Each kernel's SM coverage, worked out once per distinct geometry (a window's
     hundred thousand launches have a handful)."""
     rows = kernels.rows
+    if len(rows) and all((rows[f] == rows[f][0]).all() for f in _SHAPE):  # one geometry (a storm)
+        return np.full(len(rows), coverage(Geometry(*(int(rows[f][0]) for f in _SHAPE)), sm))
     shape = np.zeros(len(rows), dtype=np.int64)  # the index of each row's geometry
     first = np.zeros(0, dtype=np.int64)  # the first row of each geometry
     for field in _SHAPE:  # one column at a time: numpy sorts integers, not rows, fast

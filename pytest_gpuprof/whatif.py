@@ -49,7 +49,7 @@ class Window:
     start: int
     end: int
     kernel_ns: int
-    idle: Sequence[iv.Interval]  # kernel-idle stretches, sorted and disjoint
+    idle: Sequence[iv.Interval] | np.ndarray  # kernel-idle stretches, sorted and disjoint
     steps: Sequence[Span]
     work: Mapping[int, DeviceWork]  # device work by the span_id that issued it
 

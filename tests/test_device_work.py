@@ -1,6 +1,7 @@
 """``DeviceWork``, the device intervals as columns, and the SM figures read from its
 columns, against plain Python over the same intervals."""
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -45,7 +46,7 @@ def test_columns_give_back_the_intervals_they_were_made_of(a, b, data):
         assert work[i] == a[i] and list(work[i:]) == a[i:]
     assert list(DeviceWork.join([work, DeviceWork.of(b)])) == a + b
     kept = data.draw(st.lists(st.booleans(), min_size=len(a), max_size=len(a)))
-    assert list(work.where(kept)) == [d for d, k in zip(a, kept, strict=True) if k]
+    assert list(work.where(np.array(kept, dtype=bool))) == [d for d, k in zip(a, kept, strict=True) if k]
     assert list(work.where(work.of_kind("memcpy"))) == [d for d in a if d.kind == "memcpy"]
 
 

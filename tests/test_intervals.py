@@ -70,8 +70,8 @@ def plain(result):
     return result
 
 
-@given(intervals, interval)
-def test_an_array_of_intervals_gives_what_the_list_gives_in_python_ints(spans, window):
+@given(intervals, intervals, interval)
+def test_an_array_of_intervals_gives_what_the_list_gives_in_python_ints(spans, others, window):
     array = np.array(spans, dtype=np.int64).reshape(-1, 2)
     assert plain(iv.union(array)) == iv.union(spans)
     assert plain(iv.clip(array, window)) == iv.clip(spans, window)
@@ -80,3 +80,9 @@ def test_an_array_of_intervals_gives_what_the_list_gives_in_python_ints(spans, w
     disjoint = iv.union(spans)
     assert plain(iv.gaps(np.array(disjoint, dtype=np.int64).reshape(-1, 2), window)) == iv.gaps(disjoint, window)
     assert iv.merged(array, window).tolist() == [list(p) for p in iv.union(iv.clip(spans, window))]
+    assert iv.holes(np.array(disjoint, dtype=np.int64).reshape(-1, 2), window).tolist() == [
+        list(p) for p in iv.gaps(disjoint, window)
+    ]
+    a, b = iv.union(spans), iv.union(others)
+    as_array = np.array(a, dtype=np.int64).reshape(-1, 2)
+    assert plain(iv.intersect(as_array, b)) == iv.intersect(a, b) == plain(iv.intersect(b, as_array))
