@@ -5,6 +5,11 @@ cupti-python). Each way of tracing runs in its own process, since CUPTI's buffer
 callbacks belong to the process:
 
 - ``off``: no CUPTI;
+- ``attached``: CUPTI loaded and initialised (a timestamp read), no record kind enabled:
+  what CUPTI costs a launch by being there;
+- ``hwtrace``: only asks CUPTI for kernel timestamps from the GPU's hardware event
+  system (``cuptiActivityEnableHWTrace``), which would take kernel tracing off the launch
+  path, and prints its answer;
 - ``objects``: the capture reading cupti-python's record objects (what it did before);
 - ``buffers``: the capture taking CUPTI's buffers directly (``RawBuffers``);
 - ``buffers+api``: the same with every runtime API record on too;
@@ -23,6 +28,7 @@ whole run's time are printed. One line per measurement.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import statistics
@@ -47,7 +53,18 @@ def storm(mode: str) -> None:
     capture = None
     from cupti import cupti
 
-    if mode != "off":
+    if mode == "hwtrace":
+        from pytest_gpuprof.cupti_capture import libcupti
+
+        cupti.get_timestamp()  # CUPTI loaded and initialised
+        library = libcupti()
+        status, text = library.cuptiActivityEnableHWTrace(ctypes.c_uint8(1)), ctypes.c_char_p()
+        library.cuptiGetResultString(status, ctypes.byref(text))
+        print(f"hwtrace      cuptiActivityEnableHWTrace(1) returned {status} ({(text.value or b'').decode()})")
+        return
+    if mode == "attached":
+        cupti.get_timestamp()
+    elif mode != "off":
         from pytest_gpuprof.cupti_capture import CuptiCapture, libcupti
 
         capture = CuptiCapture(
