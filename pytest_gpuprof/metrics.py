@@ -166,6 +166,8 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
+    launched = int(np.count_nonzero(kernel_work.inside(window)))
+    traced = launch_bound_note(timeline.truth, launched, wall)
     reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
     sm_utilization = None
     if reason is None and timeline.sm is not None:
@@ -181,16 +183,38 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         discrepancy=None if reported is None else reported - utilization,
         overhead_ms=(wall - kernel_ns) / NS_PER_MS,
         unattributed_ms=unattributed / NS_PER_MS,
-        kernels=int(np.count_nonzero(kernel_work.inside(window))),
+        kernels=launched,
         truth=timeline.truth,
         steps=step_metrics(timeline.steps, seen.work, charged, window, timeline.sm if reason is None else None),
         nvml=nvml_metrics(timeline.samples, window),
-        notes=(*timeline.notes, *declared_against_copied(timeline.steps, seen.work, window)),
+        notes=(
+            *timeline.notes,
+            *declared_against_copied(timeline.steps, seen.work, window),
+            *([traced] if traced else []),
+        ),
         what_if={name: p for name, p in scenarios.items() if p is not None},
         sm_utilization=sm_utilization,
         sm_unseen=reason,
         gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
+    )
+
+
+# CUPTI's kernel and driver records add 2.0-2.6 us to each launch on an H200 (against an
+# untraced process, docs/performance.md): where kernels come one every 10 us or faster,
+# that is a fifth of the window or more, and the window says so
+LAUNCH_BOUND_US = 10.0
+LAUNCH_BOUND_KERNELS = 1_000
+
+
+def launch_bound_note(truth: Truth, kernels: int, wall_ns: int) -> str | None:
+    """A note for a window so launch-bound under CUPTI that tracing slows it down."""
+    if truth != "cupti" or kernels < LAUNCH_BOUND_KERNELS or wall_ns >= kernels * LAUNCH_BOUND_US * 1_000:
+        return None
+    return (
+        f"{kernels:,} kernels, one every {wall_ns / kernels / 1_000:.1f} us: CUPTI's tracing adds about 2 us "
+        "to each launch (2.0-2.6 us on an H200), so a window this launch-bound runs slower traced; "
+        "--gpu-no-cupti gives its untraced wall time"
     )
 
 

@@ -281,3 +281,22 @@ def test_copies_without_a_tag_belong_to_the_step_open_on_their_stream():
     assert m.steps["upload"].bytes == 2_000_000_000
     assert m.steps["upload"].gbps == pytest.approx(2e9 / 20e6)  # union of the two copies: 20 ms
     assert m.steps["compute"].bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("truth", "kernels", "every_us", "noted"),
+    [
+        ("cupti", 2_000, 6, True),  # a storm of tiny kernels: tracing is a good part of it
+        ("cupti", 2_000, 20, False),  # kernels long enough that 2 us a launch is noise
+        ("cupti", 500, 6, False),  # too few launches to matter
+        ("host", 2_000, 6, False),  # no CUPTI, no tracing cost
+    ],
+)
+def test_a_launch_bound_window_under_cupti_says_tracing_slows_it(truth, kernels, every_us, noted):
+    every = every_us * 1_000
+    device = tuple(DeviceInterval("kernel", i * every, i * every + 1_000, name="tiny") for i in range(kernels))
+    m = metrics.compute(Timeline(0, kernels * every, truth, device=device))
+    notes = [n for n in m.notes if "CUPTI's tracing" in n]
+    assert len(notes) == noted
+    if noted:
+        assert notes[0].startswith(f"{kernels:,} kernels, one every {every_us:.1f} us")
