@@ -193,6 +193,8 @@ def plugin(profile_to: str | None) -> None:
                 f"({', '.join(f'{p} {t:.2f}' for p, t in phases.items())}); whole pytest run {run_s:.2f} s",
                 flush=True,
             )
+            for note in m.get("notes", []):
+                print(f"  note: {note}", flush=True)
         if profile_to:
             stats = Path(tmp, "profile.out")
             subprocess.run(
