@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuprof.cupti_records import CALL, calls_of, records_of, unpack
-from pytest_gpuprof.model import DeviceInterval, DeviceKind, DeviceWork
+from pytest_gpuprof.model import RECORDS_LOST, DeviceInterval, DeviceKind, DeviceWork
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
 
@@ -295,10 +295,10 @@ class CuptiCapture:
         dropped = self._dropped()
         if dropped:
             self.dropped += dropped
-            notes.append(f"CUPTI dropped {dropped} activity records: device time is undercounted")
+            notes.append(f"{RECORDS_LOST}CUPTI dropped {dropped:,} activity records, so device time is undercounted")
         if self.deliveries["unreadable"] > unreadable:
             lost = self.deliveries["unreadable"] - unreadable
-            notes.append(f"{lost} CUPTI buffer(s) not laid out as expected: their records are lost")
+            notes.append(f"{RECORDS_LOST}{lost} CUPTI buffer(s) not laid out as the record types say")
         return out, notes
 
     def _dropped(self) -> int:

@@ -15,6 +15,8 @@ import numpy as np
 from pytest_gpuprof.occupancy import SmLimits
 
 UNATTRIBUTED = "unattributed"
+# how a note starts when the measurement lost device records (the window undercounts)
+RECORDS_LOST = "records lost: "
 NS_PER_MS = 1_000_000
 Truth = Literal["cupti", "events", "host"]
 DeviceKind = Literal["kernel", "memcpy", "memset"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_gpuprof.budget import Breach, Budget, not_measured
 from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
+from pytest_gpuprof.model import RECORDS_LOST
 from pytest_gpuprof.text import describe_breach, explain, ms, pct
 
 SCHEMA = 1
@@ -29,7 +30,14 @@ class GpuRecord:
 
     @property
     def status(self) -> str:
-        """The summary's word for the budget: '-' (none), ok, not measured, warn, FAIL or xfail."""
+        """The summary's word for the budget: '-' (none), ok, not measured, warn, FAIL or
+        xfail; and 'records lost' where the measurement lost device records."""
+        verdict = self._verdict()
+        if any(note.startswith(RECORDS_LOST) for note in self.metrics.notes):
+            return "records lost" if verdict == "-" else f"{verdict}; records lost"
+        return verdict
+
+    def _verdict(self) -> str:
         if not self.breaches:
             if self.budget.empty:
                 return "-"

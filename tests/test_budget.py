@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from pytest_gpuprof import metrics
 from pytest_gpuprof.budget import Budget, BudgetError, StepBudget, evaluate, parse_budget
 from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+from pytest_gpuprof.report import GpuRecord
 from pytest_gpuprof.stats import Summary
 from pytest_gpuprof.text import failure_message
 
@@ -43,18 +44,17 @@ def test_breach_message_explains_where_the_time_went():
     assert lines[3] == "  brackets report 99.9% and NVML 95.6%: instrumentation over-reports by 51.6 points"
 
 
-def test_a_window_whose_records_were_dropped_says_so_in_its_message():
+def test_a_window_whose_records_were_dropped_says_so_in_its_message_and_status():
     m = seed_like_metrics()
-    dropped = metrics.compute(
-        Timeline(
-            0, 1418 * MS, "cupti", (), (), (), (), ("CUPTI dropped 12 activity records: device time is undercounted",)
-        )
-    )
+    note = "records lost: CUPTI dropped 12 activity records, so device time is undercounted"
+    dropped = metrics.compute(Timeline(0, 1418 * MS, "cupti", (), (), (), (), (note,)))
     breaches = evaluate(Budget(min_utilization=0.8), dropped)
-    assert failure_message(breaches, dropped).splitlines()[-1] == (
-        "  note: CUPTI dropped 12 activity records: device time is undercounted"
-    )
+    assert failure_message(breaches, dropped).splitlines()[-1] == f"  note: {note}"
     assert "note:" not in failure_message(evaluate(Budget(min_utilization=0.8), m), m)
+    record = GpuRecord("t.py::test", dropped, Budget(min_utilization=0.8), breaches, enforced=True)
+    assert record.status == "FAIL: breach min_utilization; records lost"
+    assert GpuRecord("t.py::test", dropped, Budget(), [], enforced=True).status == "records lost"
+    assert GpuRecord("t.py::test", m, Budget(), [], enforced=True).status == "-"
 
 
 def test_every_limit_kind_is_checked():

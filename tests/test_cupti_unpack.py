@@ -277,7 +277,7 @@ def test_buffers_are_recycled_and_an_unreadable_one_is_reported():
     library.completed(None, 0, buffer.value, size.value, 224)
     intervals, notes = capture.drain()
     assert intervals == [] and capture.deliveries["unreadable"] == 1
-    assert notes == ["1 CUPTI buffer(s) not laid out as expected: their records are lost"]
+    assert notes == ["records lost: 1 CUPTI buffer(s) not laid out as the record types say"]
 
 
 def test_without_the_library_the_objects_are_read_and_the_header_says_why():
