@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import NO_SPAN, DeviceInterval, DeviceWork, Span
+from pytest_gpuprof.device_work import NO_SPAN, DeviceWork
+from pytest_gpuprof.model import DeviceInterval, Span
 
 
 def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuprof.cupti_records import CALL, calls_of, records_of, unpack
-from pytest_gpuprof.model import RECORDS_LOST, DeviceInterval, DeviceKind, DeviceWork
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import RECORDS_LOST, DeviceInterval, DeviceKind
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
 
@@ -285,7 +286,9 @@ class CuptiCapture:
             DeviceInterval(kind, start - offset, end - offset, stream, name, nbytes, pageable)
             for kind, start, end, stream, name, nbytes, pageable in records
         )
-        return DeviceWork.join([objects, self._from_buffers()] if self._raw is not None else [objects])
+        if self._raw is None:
+            return objects
+        return DeviceWork.join([objects, self._from_buffers()])
 
     def drain(self) -> tuple[DeviceWork, list[str]]:
         """Flush CUPTI's buffers; every record since the last drain, in the host clock."""

@@ -16,7 +16,8 @@ import numpy as np
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics, whatif
 from pytest_gpuprof.attribution import attribute_idle, work_by_step
-from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, DeviceWork, Sample, Timeline, Truth
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, Sample, Timeline, Truth
 from pytest_gpuprof.sm_metrics import KernelSummary
 from pytest_gpuprof.stats import Summary
 from pytest_gpuprof.step_metrics import StepMetrics, declared_against_copied, step_metrics

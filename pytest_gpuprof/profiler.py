@@ -22,8 +22,9 @@ from pytest_gpuprof import metrics as metrics_mod
 from pytest_gpuprof.backends import Backend
 from pytest_gpuprof.budget import Breach, Budget, breaches_of, parse_budget
 from pytest_gpuprof.context import pop_span, push_span
+from pytest_gpuprof.device_work import DeviceWork
 from pytest_gpuprof.metrics import Metrics
-from pytest_gpuprof.model import DeviceWork, Sample, Span, Timeline
+from pytest_gpuprof.model import Sample, Span, Timeline
 from pytest_gpuprof.text import GIB, failure_message
 from pytest_gpuprof.whatif import Prediction
 

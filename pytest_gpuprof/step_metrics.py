@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 
 from pytest_gpuprof import intervals as iv
 from pytest_gpuprof import sm_metrics
-from pytest_gpuprof.model import NS_PER_MS, DeviceWork, Span
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import NS_PER_MS, Span
 from pytest_gpuprof.occupancy import SmLimits
 
 

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.model import NS_PER_MS, DeviceWork, Span
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import NS_PER_MS, Span
 
 SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
 

@@ -181,6 +181,15 @@ def test_a_suite_that_does_not_use_the_plugin_starts_nothing(pytester, monkeypat
     result.assert_outcomes(passed=1)
 
 
+def test_loading_the_plugin_imports_no_numerical_or_gpu_library():
+    import subprocess
+    import sys
+
+    probe = "import sys, pytest_gpuprof.plugin; print([m for m in ('numpy', 'cupy', 'cupti', 'pynvml') if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_a_test_that_uses_the_plugin_starts_it_and_the_summary_says_how(pytester, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "cupy", None)  # as on a machine without CuPy
     pytester.makepyfile(WORKLOAD_TEST)

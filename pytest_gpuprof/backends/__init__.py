@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.clock import Clock
-from pytest_gpuprof.model import DeviceWork, Truth
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import Truth
 from pytest_gpuprof.occupancy import SmLimits
 
 

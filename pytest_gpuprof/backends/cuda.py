@@ -22,7 +22,8 @@ import numpy as np
 from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.clock import Clock, RealClock
-from pytest_gpuprof.model import DeviceInterval, DeviceWork, Truth
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import DeviceInterval, Truth
 from pytest_gpuprof.occupancy import SmLimits
 
 

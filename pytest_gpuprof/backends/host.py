@@ -23,7 +23,8 @@ import numpy as np
 from pytest_gpuprof.backends import DeviceInfo
 from pytest_gpuprof.clock import Clock, RealClock
 from pytest_gpuprof.context import current_span_id
-from pytest_gpuprof.model import DeviceInterval, DeviceWork, Truth
+from pytest_gpuprof.device_work import DeviceWork
+from pytest_gpuprof.model import DeviceInterval, Truth
 
 # A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
 # stages pageable memory through pinned buffers.
