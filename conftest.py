@@ -16,7 +16,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # imported twice in one process: import everything the plugin loads lazily up front.
 import numpy  # noqa: E402, F401
 
-import pytest_gpuprof.backends.host  # noqa: E402
-import pytest_gpuprof.report  # noqa: E402
+import pytest_gpuprof.capture.backends.host  # noqa: E402
+import pytest_gpuprof.output.report  # noqa: E402
 import pytest_gpuprof.session  # noqa: E402
 import pytest_gpuprof.workload  # noqa: E402, F401

@@ -83,7 +83,7 @@ def empty_launches(cp):
 def cupti_cost(cp) -> None:
     storm = empty_launches(cp)
     storm(1000)
-    from pytest_gpuprof import cupti_capture
+    from pytest_gpuprof.capture import cupti_trace as cupti_capture
 
     capture, status = cupti_capture.start()
     if capture is None:
@@ -256,7 +256,7 @@ def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> 
     ``unchanged`` and ``slowed`` are 20 runs' rounds each; every expression is judged on
     the first ``n`` rounds a side, for each ``n`` in ``counts``.
     """
-    from pytest_gpuprof.compare import judge, parse_thresholds
+    from pytest_gpuprof.verdict.compare import judge, parse_thresholds
 
     print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
     for name, runs in (("unchanged", unchanged), ("slowed", slowed)):
@@ -353,8 +353,8 @@ def repeatability(workload) -> None:
 
 def host_main(only: set[str]) -> None:
     """The rows that mean something without a GPU: the plugin's cost, the gate on the host backend."""
-    from pytest_gpuprof.backends.host import HostBackend
-    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 
@@ -379,8 +379,8 @@ def main() -> None:
         return
     import cupy as cp
 
-    from pytest_gpuprof.backends.cuda import CudaBackend
-    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.capture.backends.cuda import CudaBackend
+    from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 

@@ -22,10 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_gpuprof import metrics
-from pytest_gpuprof.cupti_records import calls_of, records_of, unpack
-from pytest_gpuprof.model import DeviceInterval, Span, Timeline
-from pytest_gpuprof.occupancy import SmLimits
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Span
+from pytest_gpuprof.analysis.occupancy import SmLimits
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.capture.cupti_records import calls_of, records_of, unpack
 
 N = 100_000
 EVERY_NS = 6_000

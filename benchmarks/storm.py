@@ -54,7 +54,7 @@ def storm(mode: str) -> None:
     from cupti import cupti
 
     if mode == "hwtrace":
-        from pytest_gpuprof.cupti_capture import libcupti
+        from pytest_gpuprof.capture.cupti_trace import libcupti
 
         cupti.get_timestamp()  # CUPTI loaded and initialised
         library = libcupti()
@@ -65,7 +65,7 @@ def storm(mode: str) -> None:
     if mode == "attached":
         cupti.get_timestamp()
     elif mode != "off":
-        from pytest_gpuprof.cupti_capture import CuptiCapture, libcupti
+        from pytest_gpuprof.capture.cupti_trace import CuptiCapture, libcupti
 
         capture = CuptiCapture(
             cupti, library=libcupti if mode.startswith("buffers") else None, correlate=mode == "buffers+calls"
@@ -91,7 +91,7 @@ def storm(mode: str) -> None:
         records = len(intervals)
         print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
         if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to rows
-            from pytest_gpuprof.cupti_records import records_of, unpack
+            from pytest_gpuprof.capture.cupti_records import records_of, unpack
 
             launch(LAUNCHES)
             cupti.activity_flush_all(1)

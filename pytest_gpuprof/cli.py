@@ -13,10 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.compare import CompareError, change_lines, compare_tests, parse_thresholds
-from pytest_gpuprof.files import write_json
-from pytest_gpuprof.storage import BaselineError, load
-from pytest_gpuprof.text import DEFAULT_THRESHOLDS, pct
+from pytest_gpuprof.output.files import write_json
+from pytest_gpuprof.output.storage import BaselineError, load
+from pytest_gpuprof.output.text import pct
+from pytest_gpuprof.verdict.compare import (
+    DEFAULT_THRESHOLDS,
+    CompareError,
+    change_lines,
+    compare_tests,
+    parse_thresholds,
+)
 
 
 def show(report: dict[str, Any]) -> list[str]:

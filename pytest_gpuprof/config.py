@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_gpuprof import validate as check
-from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
-from pytest_gpuprof.validate import Number
+from pytest_gpuprof.verdict import validate as check
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.verdict.validate import Number
 
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_gpuprof.compare import Threshold
+    from pytest_gpuprof.verdict.compare import Threshold
 
 BackendChoice = Literal["auto", "cuda", "host"]
 BACKENDS: tuple[BackendChoice, ...] = ("auto", "cuda", "host")
@@ -92,7 +92,7 @@ class Settings:
 
         thresholds: tuple[Any, ...] = ()
         if opt("--gpu-compare-fail"):
-            from pytest_gpuprof.compare import CompareError, parse_thresholds
+            from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
 
             try:
                 thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
@@ -100,7 +100,7 @@ class Settings:
                 raise ConfigError(f"--gpu-compare-fail: {e}") from None
         save = opt("--gpu-save")
         if save is not None:
-            from pytest_gpuprof.storage import BaselineError, check_name
+            from pytest_gpuprof.output.storage import BaselineError, check_name
 
             try:
                 check_name(save)

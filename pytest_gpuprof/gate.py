@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.config import Settings
-from pytest_gpuprof.text import DEFAULT_THRESHOLDS
+from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.compare import Change
+    from pytest_gpuprof.verdict.compare import Change
 
 
 class Gate:
@@ -28,7 +28,7 @@ class Gate:
         """Find and read the baseline; a usage error where it cannot be used."""
         if self.settings.compare is None:
             return
-        from pytest_gpuprof import storage
+        from pytest_gpuprof.output import storage
 
         wanted = None if self.settings.compare == "latest" else self.settings.compare
         try:
@@ -57,7 +57,7 @@ class Gate:
         base = self._base(nodeid)
         if base is None:
             return [], None  # no baseline, or a new test: nothing to compare with
-        from pytest_gpuprof.compare import compare_tests, parse_thresholds
+        from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
 
         thresholds = self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS)
         changes = compare_tests(thresholds, base, test)
@@ -73,6 +73,6 @@ class Gate:
             return []
         if self._base(nodeid) is None:
             return [f"{nodeid}: new (not in the baseline)"]
-        from pytest_gpuprof.compare import change_lines
+        from pytest_gpuprof.verdict.compare import change_lines
 
         return change_lines(nodeid, changes)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_gpuprof.config import Settings
-from pytest_gpuprof.results import TestView
+from pytest_gpuprof.output.views import TestView
 
 
 class Outputs:
@@ -60,7 +60,7 @@ class Outputs:
             for line in self.written:  # what was written, or could not be, for a run that measured nothing
                 tr.write_line(line)
             return
-        from pytest_gpuprof.report import table
+        from pytest_gpuprof.output.report import table
 
         tr.section(title)
         for line in header:
@@ -111,8 +111,8 @@ class Outputs:
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if s.report is None and s.save is None and s.html is None and not summary:
             return True
-        from pytest_gpuprof.files import write_atomic, write_json
-        from pytest_gpuprof.report import build_report, markdown_summary
+        from pytest_gpuprof.output.files import write_atomic, write_json
+        from pytest_gpuprof.output.report import build_report, markdown_summary
 
         tests, merged = self.merged(views, crashed, machine)
         report = build_report(tests, merged)
@@ -136,13 +136,13 @@ class Outputs:
             done = f"gpuprof: JSON report written to {json_path}"
             write("JSON report", json_path, functools.partial(write_json, json_path, report), done)
         if (html_path := s.html) is not None:
-            from pytest_gpuprof.html import render
+            from pytest_gpuprof.output.html import render
 
             page = render([v.html for v in views.values() if v.html], merged)
             done = f"gpuprof: HTML report written to {html_path}"
             write("HTML report", html_path, functools.partial(write_atomic, html_path, page), done)
         if (name := s.save) is not None:
-            from pytest_gpuprof import storage
+            from pytest_gpuprof.output import storage
 
             if partial:
                 self.written.append(f"gpuprof: no baseline saved: the run {partial}")

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.config import BACKENDS, HOST_CLOCKS, ConfigError, Settings
 from pytest_gpuprof.session import BUDGET, PROFILER, WHOLE_CALL, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 
 __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 

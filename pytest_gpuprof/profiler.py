@@ -17,19 +17,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pytest_gpuprof import examples
-from pytest_gpuprof import metrics as metrics_mod
-from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.budget import Breach, Budget, breaches_of, parse_budget
-from pytest_gpuprof.context import pop_span, push_span
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.metrics import Metrics
-from pytest_gpuprof.model import Sample, Span, Timeline
-from pytest_gpuprof.text import GIB, failure_message
-from pytest_gpuprof.whatif import Prediction
+from pytest_gpuprof import confirm as examples
+from pytest_gpuprof.analysis import metrics as metrics_mod
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.metrics import Metrics
+from pytest_gpuprof.analysis.model import GIB, Sample, Span
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.analysis.whatif import Prediction
+from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.capture.span_stack import pop_span, push_span
+from pytest_gpuprof.output.text import failure_message
+from pytest_gpuprof.verdict.budget import Breach, Budget, breaches_of, parse_budget
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.gpm import Gpm
+    from pytest_gpuprof.capture.gpm import Gpm
 
 _span_ids = itertools.count(1)
 

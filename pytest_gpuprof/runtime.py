@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.config import Settings
-from pytest_gpuprof.text import GIB
 
 if TYPE_CHECKING:
-    from pytest_gpuprof import backends
-    from pytest_gpuprof.device import GpuDevice
-    from pytest_gpuprof.gpm import Gpm
-    from pytest_gpuprof.nvml import NvmlSampler
+    from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.capture.device import GpuDevice
+    from pytest_gpuprof.capture.gpm import Gpm
+    from pytest_gpuprof.capture.nvml import NvmlSampler
 
 
 class DeviceRuntime:
@@ -39,7 +39,7 @@ class DeviceRuntime:
     def select(self) -> tuple[str, str]:
         """The backend's name and why it was chosen; fixes this process's device."""
         if self._selected is None:
-            from pytest_gpuprof import backends
+            from pytest_gpuprof.capture import backends
 
             try:
                 name, reason = backends.select(self.settings.backend, 0)
@@ -96,7 +96,7 @@ class DeviceRuntime:
     @property
     def backend(self) -> backends.Backend:
         if self._backend is None:
-            from pytest_gpuprof import backends
+            from pytest_gpuprof.capture import backends
 
             self._on_start()
             s = self.settings
@@ -113,7 +113,7 @@ class DeviceRuntime:
 
     @cached_property
     def device(self) -> GpuDevice:
-        from pytest_gpuprof.device import GpuDevice
+        from pytest_gpuprof.capture.device import GpuDevice
 
         return GpuDevice(self.backend, self.backend.info())
 
@@ -121,7 +121,7 @@ class DeviceRuntime:
     def sampler(self) -> NvmlSampler | None:
         if not self.settings.nvml or self.backend_name != "cuda":
             return None
-        from pytest_gpuprof.nvml import NvmlSampler
+        from pytest_gpuprof.capture.nvml import NvmlSampler
 
         return NvmlSampler.start(self.settings.device, self.settings.nvml_interval_ms)
 
@@ -131,7 +131,7 @@ class DeviceRuntime:
             return None, "off (--gpu-no-nvml)"
         if self.backend_name != "cuda":
             return None, "off (host backend)"
-        from pytest_gpuprof.gpm import Gpm
+        from pytest_gpuprof.capture.gpm import Gpm
 
         return Gpm.start(self.settings.device)
 
@@ -144,12 +144,12 @@ class DeviceRuntime:
             return "off (--gpu-no-nvml)"
         if self.backend_name != "cuda":
             return "off (host backend: no GPU to sample)"
-        from pytest_gpuprof.nvml import probe
+        from pytest_gpuprof.capture.nvml import probe
 
         return probe(self.settings.device)
 
     def machine(self) -> dict[str, Any]:
-        from pytest_gpuprof.report import machine_record
+        from pytest_gpuprof.output.report import machine_record
 
         return machine_record(self.device.to_dict(), self.truth)
 

@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.budget import Budget, Verdict, judge
+from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.config import Settings
 from pytest_gpuprof.gate import Gate
+from pytest_gpuprof.output.text import failure_message
+from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.outputs import Outputs
-from pytest_gpuprof.results import TestResult, TestView
 from pytest_gpuprof.runtime import DeviceRuntime
-from pytest_gpuprof.text import GIB, failure_message
+from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
-    from pytest_gpuprof import backends
-    from pytest_gpuprof.device import GpuDevice
+    from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler, Window
 
 
@@ -117,14 +118,14 @@ class GpuSession:
     def record(self, nodeid: str, profiler: Profiler, windows: list[Window]) -> Verdict:
         """Judge the test's windows and keep its record: the first window whose breaches
         count, else the first with any, else the last."""
-        from pytest_gpuprof.report import GpuRecord
+        from pytest_gpuprof.output.report import GpuRecord
 
         verdict = judge(profiler.budget, [w.metrics for w in windows], [w.settled for w in windows])
         breaching = [i for i, b in enumerate(verdict.breaches) if b]
         primary = verdict.first if verdict.first is not None else (breaching[0] if breaching else len(windows) - 1)
         window = windows[primary]
         if self.settings.trace is not None and window.timeline is not None:
-            from pytest_gpuprof.trace import write_trace
+            from pytest_gpuprof.output.trace import write_trace
 
             write_trace(self.settings.trace, nodeid, window.timeline)
         record = GpuRecord(
@@ -214,14 +215,14 @@ class GpuSession:
             report.gpuprof = self.view(item.nodeid).to_dict()  # type: ignore[attr-defined]
 
     def view(self, nodeid: str) -> TestView:
-        from pytest_gpuprof.report import breach_details, row
+        from pytest_gpuprof.output.report import breach_details, row
 
         result = self.results[nodeid]
         record = result.record
         record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
         html = None
         if self.settings.html is not None:
-            from pytest_gpuprof.html import page_data
+            from pytest_gpuprof.output.html import page_data
 
             html = page_data(record, result.timeline)
         return TestView(

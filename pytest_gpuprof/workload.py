@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from pytest_gpuprof.backends import Backend
-from pytest_gpuprof.clock import Clock, Lock
-from pytest_gpuprof.device import GpuDevice
-from pytest_gpuprof.metrics import Metrics
+from pytest_gpuprof.analysis.metrics import Metrics
+from pytest_gpuprof.analysis.model import GIB, MIB
+from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.capture.clock import Clock, Lock
+from pytest_gpuprof.capture.device import GpuDevice
 from pytest_gpuprof.profiler import Profiler
-from pytest_gpuprof.text import GIB, MIB
 
 Strategy = Literal["single-lock", "two-lock"]
 STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")

@@ -260,8 +260,8 @@ def test_a_run_with_a_collection_error_saves_no_baseline(pytester):
 def test_reports_and_baselines_share_one_file_mode(tmp_path):
     import stat
 
-    from pytest_gpuprof import storage
-    from pytest_gpuprof.files import write_json
+    from pytest_gpuprof.output import storage
+    from pytest_gpuprof.output.files import write_json
 
     report = {"schema": 1, "machine": {"id": "host-0123456789"}, "tests": []}
     write_json(tmp_path / "r.json", report)

@@ -4,12 +4,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import metrics
-from pytest_gpuprof.budget import Budget, BudgetError, StepBudget, evaluate, parse_budget
-from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
-from pytest_gpuprof.report import GpuRecord
-from pytest_gpuprof.stats import Summary
-from pytest_gpuprof.text import failure_message
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
+from pytest_gpuprof.analysis.stats import Summary
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.output.report import GpuRecord
+from pytest_gpuprof.output.text import failure_message
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, StepBudget, evaluate, parse_budget
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gpuprof.clock import RealClock, VirtualClock
+from pytest_gpuprof.capture.clock import RealClock, VirtualClock
 
 chains = st.lists(st.lists(st.integers(0, 50), max_size=5), min_size=1, max_size=4)
 

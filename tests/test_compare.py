@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import cli, storage
-from pytest_gpuprof.compare import CompareError, assess, mann_whitney_greater, parse_thresholds, samples_of
+from pytest_gpuprof import cli
+from pytest_gpuprof.output import storage
+from pytest_gpuprof.verdict.compare import CompareError, assess, mann_whitney_greater, parse_thresholds, samples_of
 
 
 def test_expressions_parse_into_thresholds():

@@ -12,9 +12,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof.cupti_capture import CuptiCapture
-from pytest_gpuprof.cupti_records import records_of, unpack
-from pytest_gpuprof.model import DeviceInterval
+from pytest_gpuprof.analysis.model import DeviceInterval
+from pytest_gpuprof.capture.cupti_records import records_of, unpack
+from pytest_gpuprof.capture.cupti_trace import CuptiCapture
 
 # Shaped like cupti-python's record dtypes: the kind first, fields at fixed offsets.
 KERNEL = np.dtype(
@@ -317,7 +317,7 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
 
 
 def test_two_kinds_in_turn_are_read_a_pattern_at_a_time(monkeypatch):
-    from pytest_gpuprof import cupti_records
+    from pytest_gpuprof.capture import cupti_records
 
     calls = []
     repeats = cupti_records._repeats

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import sm_metrics
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import DeviceInterval
-from pytest_gpuprof.occupancy import Geometry, SmLimits, coverage, occupancy
+from pytest_gpuprof.analysis import sm_metrics
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval
+from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, coverage, occupancy
 
 H200 = SmLimits(sms=132)
 

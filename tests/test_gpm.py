@@ -4,11 +4,11 @@ import ctypes
 
 import pytest
 
-from pytest_gpuprof import gpm as gpm_mod
-from pytest_gpuprof.backends.host import HostBackend
-from pytest_gpuprof.budget import Budget
-from pytest_gpuprof.clock import VirtualClock
+from pytest_gpuprof.capture import gpm as gpm_mod
+from pytest_gpuprof.capture.backends.host import HostBackend
+from pytest_gpuprof.capture.clock import VirtualClock
 from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.verdict.budget import Budget
 
 
 class Metric(ctypes.Structure):

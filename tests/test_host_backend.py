@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
-from pytest_gpuprof.backends.host import HostBackend
-from pytest_gpuprof.budget import Budget
-from pytest_gpuprof.device import GpuDevice
+from pytest_gpuprof.capture.backends.host import HostBackend
+from pytest_gpuprof.capture.device import GpuDevice
 from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.workload import GpuWorkload
 
 MIB = 1 << 20
@@ -210,7 +210,7 @@ def test_workload_arguments_are_checked(backend, call, error, message):
 
 
 def test_an_asynchronous_upload_returns_at_once_and_its_idle_is_charged_to_it():
-    from pytest_gpuprof.clock import VirtualClock
+    from pytest_gpuprof.capture.clock import VirtualClock
 
     backend = HostBackend(VirtualClock())
     try:
@@ -246,7 +246,7 @@ def test_an_asynchronous_upload_returns_at_once_and_its_idle_is_charged_to_it():
 
 
 def test_the_single_locks_overlap_prediction_meets_the_two_lock_run():
-    from pytest_gpuprof.clock import VirtualClock
+    from pytest_gpuprof.capture.clock import VirtualClock
 
     backend = HostBackend(VirtualClock())
     try:

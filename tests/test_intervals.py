@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import intervals as iv
+from pytest_gpuprof.analysis import intervals as iv
 
 
 @pytest.fixture(autouse=True, params=["python", "numpy"])

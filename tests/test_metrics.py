@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import attribution, metrics
-from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
+from pytest_gpuprof.analysis import attribution, metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
+from pytest_gpuprof.analysis.timeline import Timeline
 
 MS = 1_000_000
 GRID = 40
@@ -107,7 +108,7 @@ def test_empty_window_is_all_zero_not_a_division_error():
 @pytest.fixture(params=["python", "numpy"], scope="module")
 def both_paths(request):
     """Plain Python for few intervals, numpy for many: both against the reference."""
-    from pytest_gpuprof import intervals
+    from pytest_gpuprof.analysis import intervals
 
     saved = intervals.SMALL
     intervals.SMALL = saved if request.param == "python" else 0

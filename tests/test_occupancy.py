@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import metrics
-from pytest_gpuprof.budget import Budget, evaluate, not_measured
-from pytest_gpuprof.model import DeviceInterval, Span, Timeline
-from pytest_gpuprof.occupancy import Geometry, SmLimits, blocks_per_sm, coverage, occupancy
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Span
+from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, blocks_per_sm, coverage, occupancy
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.verdict.budget import Budget, evaluate, not_measured
 
 H200 = SmLimits(sms=132)
 MS = 1_000_000

@@ -169,7 +169,7 @@ def test_auto_backend_says_why_it_chose_host(pytester, monkeypatch):
 
 
 def test_a_suite_that_does_not_use_the_plugin_starts_nothing(pytester, monkeypatch):
-    from pytest_gpuprof import backends
+    from pytest_gpuprof.capture import backends
 
     def refuse(*args, **kwargs):
         raise AssertionError("a backend was chosen")

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuprof import metrics
-from pytest_gpuprof.budget import Budget, evaluate
-from pytest_gpuprof.html import page_data, render
-from pytest_gpuprof.model import DeviceInterval, Sample, Span, Timeline
-from pytest_gpuprof.report import GpuRecord
-from pytest_gpuprof.trace import file_name, trace_events
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.output.html import page_data, render
+from pytest_gpuprof.output.report import GpuRecord
+from pytest_gpuprof.output.trace import file_name, trace_events
+from pytest_gpuprof.verdict.budget import Budget, evaluate
 
 MS = 1_000_000
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -168,7 +169,7 @@ def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_p
 
 
 def test_idle_stretches_keep_their_step_when_merged():
-    from pytest_gpuprof.lanes import Item, aggregate
+    from pytest_gpuprof.analysis.lanes import Item, aggregate
 
     items = [Item(i * 10, i * 10 + 5, "upload" if i < 500 else "compute") for i in range(1000)]
     merged = aggregate(items, 10_000, 100, by_label=True)
@@ -178,9 +179,10 @@ def test_idle_stretches_keep_their_step_when_merged():
 
 
 def test_kernels_carry_their_sm_coverage_for_shading():
-    from pytest_gpuprof.lanes import build
-    from pytest_gpuprof.model import DeviceInterval, Timeline
-    from pytest_gpuprof.occupancy import SmLimits
+    from pytest_gpuprof.analysis.lanes import build
+    from pytest_gpuprof.analysis.model import DeviceInterval
+    from pytest_gpuprof.analysis.occupancy import SmLimits
+    from pytest_gpuprof.analysis.timeline import Timeline
 
     device = (
         DeviceInterval("kernel", 0, 10, name="spin", blocks=1, threads=32),

@@ -4,11 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuprof import metrics
-from pytest_gpuprof.budget import Budget
-from pytest_gpuprof.compare import known_metric, parse_thresholds
-from pytest_gpuprof.model import DeviceInterval, Span, Timeline
-from pytest_gpuprof.text import failure_message
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.model import DeviceInterval, Span
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.output.text import failure_message
+from pytest_gpuprof.verdict.budget import Budget
+from pytest_gpuprof.verdict.compare import known_metric, parse_thresholds
 
 MS = 1_000_000
 
@@ -110,7 +111,7 @@ def test_predictions_are_metrics_a_gate_can_read():
 
 
 def test_the_breach_message_says_what_the_redesign_would_give():
-    from pytest_gpuprof.budget import Budget, evaluate
+    from pytest_gpuprof.verdict.budget import Budget, evaluate
 
     m = metrics.compute(serial_pipeline(4, copy_ms=2, kernel_ms=4))
     message = failure_message(evaluate(Budget(min_utilization=0.8), m), m)
@@ -118,8 +119,8 @@ def test_the_breach_message_says_what_the_redesign_would_give():
 
 
 def test_the_predicted_timeline_is_drawn_beside_the_measured_one():
-    from pytest_gpuprof.html import page_data
-    from pytest_gpuprof.report import GpuRecord
+    from pytest_gpuprof.output.html import page_data
+    from pytest_gpuprof.output.report import GpuRecord
 
     timeline = serial_pipeline(2, copy_ms=2, kernel_ms=4)
     copies, rest = metrics.overlap_schedule(timeline, "upload")

@@ -76,7 +76,7 @@ def test_known_duty_cycle_against_the_event_pair(gpuprof, gpu_workload, on_ms, o
 
 def largest_gaps_between_steps(timeline, count=4):
     """Where no step runs in a window: the stretches behind 'unattributed'."""
-    from pytest_gpuprof import intervals as iv
+    from pytest_gpuprof.analysis import intervals as iv
 
     steps = iv.union((s.start, s.end) for s in timeline.steps)
     gaps = iv.gaps(steps, (timeline.start, timeline.end))
@@ -163,7 +163,7 @@ def test_activity_buffers_are_read_from_their_bytes(gpuprof, gpu_workload):
 
 
 def test_events_fallback_reports_events_truth(gpu_device):
-    from pytest_gpuprof.backends.cuda import CudaBackend
+    from pytest_gpuprof.capture.backends.cuda import CudaBackend
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.workload import GpuWorkload
 

@@ -5,7 +5,7 @@ import ctypes
 
 import pytest
 
-from pytest_gpuprof.occupancy import Geometry, blocks_per_sm
+from pytest_gpuprof.analysis.occupancy import Geometry, blocks_per_sm
 
 pytestmark = pytest.mark.gpu
 

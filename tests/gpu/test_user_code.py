@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pytest_gpuprof.attribution import issuers
+from pytest_gpuprof.analysis.attribution import issuers
 
 pytestmark = pytest.mark.gpu
 

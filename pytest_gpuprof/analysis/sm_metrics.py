@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import NS_PER_MS
-from pytest_gpuprof.occupancy import Geometry, SmLimits, coverage, occupancy
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import NS_PER_MS
+from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, coverage, occupancy
 
 TOP = 5
 

@@ -21,17 +21,15 @@ its predicted wall time. docs/design.md, "What if".
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import NS_PER_MS, Span
-
-SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis.descriptors import SCENARIO
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import NS_PER_MS, Span
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.metrics import attribute_idle
-from pytest_gpuprof.model import UNATTRIBUTED, Timeline
-from pytest_gpuprof.occupancy import Geometry, coverage
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis.metrics import attribute_idle
+from pytest_gpuprof.analysis.model import UNATTRIBUTED
+from pytest_gpuprof.analysis.occupancy import Geometry, coverage
+from pytest_gpuprof.analysis.timeline import Timeline
 
 # Beyond this many idle stretches, the rest are drawn without their attribution: charging
 # each one costs a pass over the steps.

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytest_gpuprof.backends import DeviceInfo
-from pytest_gpuprof.backends.cuda_kernels import KINDS, Kernel, Kernels
-from pytest_gpuprof.clock import Clock, RealClock
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import DeviceInterval, Truth
-from pytest_gpuprof.occupancy import SmLimits
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval, Truth
+from pytest_gpuprof.analysis.occupancy import SmLimits
+from pytest_gpuprof.capture.backends.base import DeviceInfo
+from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
+from pytest_gpuprof.capture.clock import Clock, RealClock
 
 
 def unavailable(device: int) -> str | None:
@@ -82,7 +82,7 @@ class CudaBackend:
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
         if cupti:
-            from pytest_gpuprof import cupti_capture
+            from pytest_gpuprof.capture import cupti_trace as cupti_capture
 
             self._cupti, self._cupti_reason = cupti_capture.start()
 
@@ -114,7 +114,7 @@ class CudaBackend:
         cp = self._cp
         props = cp.cuda.runtime.getDeviceProperties(self.index)
         driver = cp.cuda.runtime.driverGetVersion()
-        from pytest_gpuprof import nvml
+        from pytest_gpuprof.capture import nvml
 
         link = nvml.pcie_link(self.index)
         return DeviceInfo(

@@ -1,18 +1,15 @@
-"""Backends run device work and report what the device did, as ``DeviceWork``.
-
-``host`` runs on the CPU (always available); ``cuda`` runs on CuPy and reads CUPTI
-activity records or, failing that, CUDA events. Backends only produce timelines.
-"""
+"""What a backend is: the device operations the workloads are written against, and what
+the device is (``DeviceInfo``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pytest_gpuprof.clock import Clock
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import Truth
-from pytest_gpuprof.occupancy import SmLimits
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import Truth
+from pytest_gpuprof.analysis.occupancy import SmLimits
+from pytest_gpuprof.capture.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,34 +124,3 @@ class Backend(Protocol):
     def close_stream(self, stream: Any) -> None: ...
 
     def close(self) -> None: ...
-
-
-def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
-    """Which backend ``--gpu-backend=kind`` means here, and why; creates nothing."""
-    if kind == "host":
-        return "host", "asked for with --gpu-backend=host"
-    from pytest_gpuprof.backends import cuda
-
-    reason = cuda.unavailable(device)
-    if reason is None:
-        return "cuda", f"CUDA device {device} is visible"
-    if kind == "cuda":
-        raise RuntimeError(f"--gpu-backend=cuda, but {reason}")
-    return "host", f"no CUDA device: {reason}"
-
-
-def cuda_device_count() -> int:
-    import cupy
-
-    return int(cupy.cuda.runtime.getDeviceCount())
-
-
-def create(name: str, device: int, *, cupti: bool, clock: str = "real") -> Backend:
-    if name == "cuda":
-        from pytest_gpuprof.backends.cuda import CudaBackend
-
-        return CudaBackend(device, cupti=cupti)
-    from pytest_gpuprof import clock as clocks
-    from pytest_gpuprof.backends.host import HostBackend
-
-    return HostBackend(clocks.make(clock))

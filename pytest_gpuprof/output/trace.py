@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.files import write_atomic
-from pytest_gpuprof.lanes import build
-from pytest_gpuprof.model import Timeline
+from pytest_gpuprof.analysis.lanes import build
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.output.files import write_atomic
 
 
 def trace_events(nodeid: str, timeline: Timeline, pid: int = 1) -> dict[str, Any]:

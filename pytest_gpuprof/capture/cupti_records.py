@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pytest_gpuprof.device_work import NO_SPAN, ROW, DeviceWork
-from pytest_gpuprof.model import KINDS
+from pytest_gpuprof.analysis.device_work import NO_SPAN, ROW, DeviceWork
+from pytest_gpuprof.analysis.model import KINDS
 
 # an API call, as the join needs it (sorted by correlation id): thread, host times of its
 # start and end

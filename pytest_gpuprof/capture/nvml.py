@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any
 
-from pytest_gpuprof.clock import start_quiet
-from pytest_gpuprof.model import Sample
+from pytest_gpuprof.analysis.model import Sample
+from pytest_gpuprof.capture.clock import start_quiet
 
 
 def _nvml() -> Any:

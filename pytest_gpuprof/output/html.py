@@ -12,13 +12,18 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_gpuprof.lanes import aggregate, build
-from pytest_gpuprof.metrics import Metrics, overlap_schedule
-from pytest_gpuprof.model import Timeline
-from pytest_gpuprof.report import GpuRecord
-from pytest_gpuprof.text import FRACTIONS, explain
+from pytest_gpuprof.analysis import descriptors as d
+from pytest_gpuprof.analysis.lanes import aggregate, build
+from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.output.report import GpuRecord
+from pytest_gpuprof.output.text import explain
 
 MAX_ITEMS = 1500
+
+
+# the page's figures that are fractions (shown as percentages): the window's and NVML's
+_FRACTIONS = [p for p in (*d.names("window"), *(f"nvml.{n}" for n in d.names("nvml"))) if d.is_fraction(p)]
 
 
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
@@ -94,7 +99,7 @@ def _predicted_lanes(m: Metrics, timeline: Timeline) -> list[dict[str, Any]]:
 
 def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
     """The page, from each test's ``page_data``."""
-    payload = {"machine": machine, "tests": list(tests), "fractions": list(FRACTIONS)}
+    payload = {"machine": machine, "tests": list(tests), "fractions": _FRACTIONS}
     # JSON inside <script> must not be able to close it or open a comment: no raw <, >, &.
     embedded = (
         json.dumps(payload, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

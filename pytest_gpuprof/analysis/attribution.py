@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof.device_work import NO_SPAN, DeviceWork
-from pytest_gpuprof.model import DeviceInterval, Span
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis.device_work import NO_SPAN, DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval, Span
 
 
 def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:

@@ -11,7 +11,7 @@ from typing import overload
 
 import numpy as np
 
-from pytest_gpuprof.model import KINDS, DeviceInterval, DeviceKind
+from pytest_gpuprof.analysis.model import KINDS, DeviceInterval, DeviceKind
 
 # one ``DeviceWork`` row: ``DeviceInterval``'s fields, the kind and name as indices (into
 # ``KINDS`` and ``DeviceWork.names``), ``span_id`` -1 where no backend tagged the work

@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuprof.budget import Breach, Budget, breaches_of
+from pytest_gpuprof.verdict.budget import Breach, Budget, breaches_of
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.backends import Backend
-    from pytest_gpuprof.metrics import Metrics
+    from pytest_gpuprof.analysis.metrics import Metrics
+    from pytest_gpuprof.capture.backends import Backend
 
 # more measurements that must repeat a breach inside an example before it counts
 CONFIRMATIONS = 2

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.compare import Change
-    from pytest_gpuprof.model import Timeline
-    from pytest_gpuprof.report import GpuRecord
+    from pytest_gpuprof.analysis.timeline import Timeline
+    from pytest_gpuprof.output.report import GpuRecord
+    from pytest_gpuprof.verdict.compare import Change
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from pytest_gpuprof.backends import Backend, DeviceInfo
-from pytest_gpuprof.text import MIB
+from pytest_gpuprof.analysis.model import MIB
+from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
 
 
 class GpuDevice:

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuprof.cupti_records import CALL, calls_of, records_of, unpack
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import RECORDS_LOST, DeviceInterval, DeviceKind
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import RECORDS_LOST, DeviceInterval, DeviceKind
+from pytest_gpuprof.capture.cupti_records import CALL, calls_of, records_of, unpack
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
 

@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytest_gpuprof.backends import DeviceInfo
-from pytest_gpuprof.clock import Clock, RealClock
-from pytest_gpuprof.context import current_span_id
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import DeviceInterval, Truth
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval, Truth
+from pytest_gpuprof.capture.backends.base import DeviceInfo
+from pytest_gpuprof.capture.clock import Clock, RealClock
+from pytest_gpuprof.capture.span_stack import current_span_id
 
 # A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
 # stages pageable memory through pinned buffers.

@@ -8,10 +8,10 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuprof.budget import Breach, Budget, not_measured
-from pytest_gpuprof.metrics import UNATTRIBUTED, Metrics
-from pytest_gpuprof.model import RECORDS_LOST
-from pytest_gpuprof.text import describe_breach, explain, ms, pct
+from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
+from pytest_gpuprof.analysis.model import RECORDS_LOST
+from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
+from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
 
 SCHEMA = 1
 

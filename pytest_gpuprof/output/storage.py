@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.files import written
-from pytest_gpuprof.report import SCHEMA
+from pytest_gpuprof.output.files import written
+from pytest_gpuprof.output.report import SCHEMA
 
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
 

@@ -18,21 +18,24 @@ import difflib
 import functools
 import math
 import re
+import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
-from pytest_gpuprof import whatif
-from pytest_gpuprof.metrics import GPM_SCALARS, NVML_SCALARS, SCALARS, STEP_SCALARS, WHAT_IF_SCALARS
-from pytest_gpuprof.text import FRACTIONS, is_fraction
+from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.analysis.descriptors import is_fraction
 
 ALPHA = 0.05
 EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
 
 # the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
 _EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.:\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
+
+
+# what a comparison with a baseline reports when no --gpu-compare-fail is given
+DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
 
 
 class CompareError(ValueError):
@@ -71,18 +74,17 @@ def parse_thresholds(text: str) -> list[Threshold]:
                 "METRIC:-Npt | METRIC:+Nms | METRIC:-Nms, e.g. utilization:-2pt or wall_ms:+10%"
             )
         metric, unit = match["metric"], match["unit"]
-        if not known_metric(metric):
-            close = difflib.get_close_matches(metric, [*SCALARS, *(f"nvml.{k}" for k in NVML_SCALARS)], n=1)
+        if not descriptors.comparable(metric):
+            known = [*descriptors.names("window"), *(f"nvml.{k}" for k in descriptors.names("nvml"))]
+            close = difflib.get_close_matches(metric, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise CompareError(
-                f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {', '.join(SCALARS)}, "
-                f"steps.NAME.{{{','.join(STEP_SCALARS)}}}, nvml.{{{','.join(NVML_SCALARS)}}}, "
-                f"what_if.SCENARIO.{{{','.join(WHAT_IF_SCALARS)}}}"
+                f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {descriptors.grammar()}"
             )
         if unit == "pt" and not is_fraction(metric):
             raise CompareError(
                 f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
-                f"{', '.join(FRACTIONS)}, what_if.SCENARIO.utilization"
+                f"{', '.join(descriptors.fractions())}"
             )
         direction: Literal[1, -1] = 1 if match["sign"] == "+" else -1
         out.append(Threshold(metric, direction, float(match["amount"]), unit, part))  # type: ignore[arg-type]
@@ -92,20 +94,8 @@ def parse_thresholds(text: str) -> list[Threshold]:
 
 
 def known_metric(path: str) -> bool:
-    """Whether ``path`` names a metric of the report: ``wall_ms``, ``steps.upload.gbps``,
-    ``nvml.util_mean``, ``what_if.overlap:upload.utilization``."""
-    if path in SCALARS:
-        return True
-    head, _, rest = path.partition(".")
-    if head == "nvml":
-        return rest in NVML_SCALARS
-    if head == "gpm":
-        return rest in GPM_SCALARS
-    if head == "what_if":
-        scenario, _, key = rest.rpartition(".")
-        return whatif.SCENARIO.match(scenario) is not None and key in WHAT_IF_SCALARS
-    step, _, key = rest.rpartition(".")
-    return head == "steps" and bool(step) and key in STEP_SCALARS
+    """Whether ``path`` names a metric a compare expression can gate (``descriptors``)."""
+    return descriptors.comparable(path)
 
 
 Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing"]
@@ -146,7 +136,7 @@ def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[fl
     """What one metric did: regression, inconclusive, improvement or unchanged."""
     if not baseline or not current:
         return Change(threshold, "missing", _median(baseline), _median(current))
-    base_median, cur_median = float(np.median(baseline)), float(np.median(current))
+    base_median, cur_median = float(statistics.median(baseline)), float(statistics.median(current))
     delta = threshold.delta(base_median)
     sign = threshold.direction
     # "worse" is up for wall_ms:+10% and down for utilization:-2pt: test in that orientation
@@ -173,10 +163,9 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
         counts = _u_counts(n, m)
         return sum(counts[int(u) :]) / sum(counts)
     # ties, or many rounds: normal approximation with tie and continuity corrections
-    values = np.concatenate([np.asarray(x, float), np.asarray(y, float)])
-    _, tie_sizes = np.unique(values, return_counts=True)
+    tie_sizes = Counter(float(v) for v in (*x, *y)).values()
     total = n + m
-    variance = n * m / 12 * ((total + 1) - float(np.sum(tie_sizes**3 - tie_sizes)) / (total * (total - 1)))
+    variance = n * m / 12 * ((total + 1) - sum(t**3 - t for t in tie_sizes) / (total * (total - 1)))
     if variance <= 0:
         return 1.0
     z = (u - n * m / 2 - 0.5) / math.sqrt(variance)
@@ -198,7 +187,7 @@ def _u_counts(n: int, m: int) -> tuple[int, ...]:
 
 
 def _median(values: Sequence[float]) -> float | None:
-    return float(np.median(values)) if values else None
+    return float(statistics.median(values)) if values else None
 
 
 def samples_of(test: dict[str, Any], metric: str) -> list[float]:
@@ -223,11 +212,12 @@ def _lookup(metrics: dict[str, Any], path: str) -> float | None:
 
 def _split_path(path: str) -> list[str]:
     # steps.NAME.key and what_if.SCENARIO.key: a step name may itself contain dots
-    for head in ("steps", "what_if"):
-        if path.startswith(f"{head}."):
-            name, _, key = path[len(head) + 1 :].rpartition(".")
-            return [head, name, key]
-    return path.split(".")
+    parts = descriptors.split_path(path)
+    if parts is None:
+        return path.split(".")
+    scope, owner, name = parts
+    head = {"window": None, "step": "steps"}.get(scope, scope)
+    return [p for p in (head, owner, name) if p is not None]
 
 
 def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any], current_test: dict) -> list[Change]:

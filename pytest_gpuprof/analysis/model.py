@@ -6,19 +6,15 @@ Plain frozen data, all times in integer nanoseconds of the host's monotonic cloc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple
-
-from pytest_gpuprof.occupancy import SmLimits
-
-if TYPE_CHECKING:
-    from pytest_gpuprof.device_work import DeviceWork
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 UNATTRIBUTED = "unattributed"
 # how a note starts when the measurement lost device records (the window undercounts)
 RECORDS_LOST = "records lost: "
 NS_PER_MS = 1_000_000
+GIB = 1 << 30  # binary units, as GPU memory is counted
+MIB = 1 << 20
 Truth = Literal["cupti", "events", "host"]
 DeviceKind = Literal["kernel", "memcpy", "memset"]
 KINDS: tuple[DeviceKind, ...] = ("kernel", "memcpy", "memset")  # a ``DeviceWork`` row's kind is an index here
@@ -79,32 +75,3 @@ class Sample:
     util: float | None = None
     power_w: float | None = None
     mem_used_bytes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """Everything known about one window ``[start, end)``."""
-
-    start: int
-    end: int
-    truth: Truth
-    steps: tuple[Span, ...] = ()
-    regions: tuple[Span, ...] = ()
-    # a sequence of ``DeviceInterval``s is taken too, and held as ``DeviceWork``
-    device: DeviceWork = field(default_factory=lambda: _work(()))
-    samples: tuple[Sample, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-    # the device's SMs, where the backend knows them (for ``sm_utilization``)
-    sm: SmLimits | None = None
-    # NVML GPM's metrics between the window's edges (fractions), where the GPU has GPM
-    gpm: Mapping[str, float] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "device", _work(self.device))
-
-
-def _work(device: Sequence[DeviceInterval]) -> DeviceWork:
-    # numpy's import waits for the first timeline: the plugin loads without it
-    from pytest_gpuprof.device_work import DeviceWork
-
-    return DeviceWork.of(device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_gpuprof.nvml import _handle, _nvml
+from pytest_gpuprof.capture.nvml import _handle, _nvml
 
 # our name -> NVML's metric (percentages, read as fractions)
 METRICS = {

@@ -8,32 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_gpuprof.model import UNATTRIBUTED
+from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.model import GIB, MIB, UNATTRIBUTED
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.budget import Breach
-    from pytest_gpuprof.metrics import Metrics
-
-GIB = 1 << 30
-MIB = 1 << 20
-
-# metrics that are fractions of the wall time: shown as percentages, compared in points
-FRACTIONS = (
-    "utilization",
-    "busy_utilization",
-    "reported_utilization",
-    "discrepancy",
-    "sm_utilization",
-    "nvml.util_mean",
-)
-# what a comparison with a baseline reports when no --gpu-compare-fail is given
-DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
-
-
-def is_fraction(metric: str) -> bool:
-    if metric in FRACTIONS or metric.endswith(".sm_utilization") or metric.startswith("gpm."):
-        return True
-    return metric.startswith("what_if.") and metric.endswith(".utilization")
+    from pytest_gpuprof.analysis.metrics import Metrics
+    from pytest_gpuprof.verdict.budget import Breach
 
 
 def ms(x: float | None) -> str:
@@ -117,7 +97,7 @@ def explain(metrics: Metrics) -> list[str]:
             )
         )
     if metrics.what_if:
-        from pytest_gpuprof.whatif import describe
+        from pytest_gpuprof.analysis.whatif import describe
 
         lines.append(
             "what if: "

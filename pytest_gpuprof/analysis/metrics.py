@@ -10,18 +10,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof import sm_metrics, whatif
-from pytest_gpuprof.attribution import attribute_idle, work_by_step
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import NS_PER_MS, UNATTRIBUTED, Sample, Timeline, Truth
-from pytest_gpuprof.sm_metrics import KernelSummary
-from pytest_gpuprof.stats import Summary
-from pytest_gpuprof.step_metrics import StepMetrics, declared_against_copied, step_metrics
-from pytest_gpuprof.whatif import Prediction
+from pytest_gpuprof.analysis import descriptors as d
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis import sm_metrics, whatif
+from pytest_gpuprof.analysis.attribution import attribute_idle, work_by_step
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
+from pytest_gpuprof.analysis.sm_metrics import KernelSummary
+from pytest_gpuprof.analysis.stats import Summary
+from pytest_gpuprof.analysis.step_metrics import StepMetrics, declared_against_copied, step_metrics
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.analysis.whatif import Prediction
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,28 +73,25 @@ class Metrics:
     gpm: Mapping[str, float] | None = None
 
     def flat(self) -> dict[str, float]:
-        """Every numeric metric under its public path (``steps.upload.idle_ms``...)."""
+        """Every comparable numeric metric under its public path (``steps.upload.idle_ms``...)."""
         out: dict[str, float] = {}
-        for name in SCALARS:
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = float(value)
-        for step, figures in self.steps.items():
-            for key in STEP_SCALARS:
-                value = getattr(figures, key)
+        for prefix, owner, scope in self._owners():
+            for name in d.names(scope):
+                value = owner.get(name) if isinstance(owner, Mapping) else getattr(owner, name)
                 if value is not None:
-                    out[f"steps.{step}.{key}"] = float(value)
-        if self.nvml is not None:
-            for key in NVML_SCALARS:
-                value = getattr(self.nvml, key)
-                if value is not None:
-                    out[f"nvml.{key}"] = float(value)
-        for key, value in (self.gpm or {}).items():
-            out[f"gpm.{key}"] = float(value)
-        for scenario, prediction in self.what_if.items():
-            for key in WHAT_IF_SCALARS:
-                out[f"what_if.{scenario}.{key}"] = float(getattr(prediction, key))
+                    out[prefix + name] = float(value)
         return out
+
+    def _owners(self) -> list[tuple[str, Any, d.Scope]]:
+        """Where each scope's values live, with the prefix of their paths."""
+        owners: list[tuple[str, Any, d.Scope]] = [("", self, "window")]
+        owners += [(f"steps.{name}.", figures, "step") for name, figures in self.steps.items()]
+        if self.nvml is not None:
+            owners.append(("nvml.", self.nvml, "nvml"))
+        if self.gpm is not None:
+            owners.append(("gpm.", self.gpm, "gpm"))
+        owners += [(f"what_if.{name}.", p, "what_if") for name, p in self.what_if.items()]
+        return owners
 
     def idle_by_step(self) -> list[tuple[str, float]]:
         """Kernel-idle time per step, largest first, ``unattributed`` last (none where unseen)."""
@@ -105,9 +105,7 @@ class Metrics:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            **{name: getattr(self, name) for name in SCALARS},
-            "unattributed_ms": self.unattributed_ms,
-            "kernels": self.kernels,
+            **{name: getattr(self, name) for name in d.names("window", comparable=False)},
             "truth": self.truth,
             "steps": {name: s.to_dict() for name, s in self.steps.items()},
             **({"nvml": self.nvml.to_dict()} if self.nvml is not None else {}),
@@ -118,24 +116,6 @@ class Metrics:
             **({"top_kernels": [k.to_dict() for k in self.top_kernels]} if self.top_kernels else {}),
             **({"gpm": dict(self.gpm)} if self.gpm is not None else {}),
         }
-
-
-SCALARS = (
-    "wall_ms",
-    "kernel_ms",
-    "copy_ms",
-    "busy_ms",
-    "utilization",
-    "busy_utilization",
-    "reported_utilization",
-    "discrepancy",
-    "overhead_ms",
-    "sm_utilization",
-)
-STEP_SCALARS = ("count", "host_ms", "host_ms_max", "idle_ms", "bytes", "gbps", "sm_utilization")
-NVML_SCALARS = ("util_mean", "power_mean_w", "power_max_w", "mem_used_max_bytes")
-WHAT_IF_SCALARS = ("wall_ms", "utilization")
-GPM_SCALARS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")
 
 
 def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
@@ -300,7 +280,8 @@ def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics 
 
 
 def aggregate(rounds: Sequence[Metrics]) -> Metrics:
-    """Per-metric medians over rounds, with every metric's ``Summary`` in ``rounds``."""
+    """Each metric over the rounds as its descriptor says (medians, mostly), with every
+    comparable metric's ``Summary`` in ``rounds``; the rest is the last round's."""
     if not rounds:
         raise ValueError("aggregate needs at least one round")
     paths: dict[str, list[float]] = defaultdict(list)
@@ -309,65 +290,53 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             paths[path].append(value)
     summaries = {path: Summary.of(values) for path, values in paths.items()}
 
-    def med(path: str, default: float = 0.0) -> float:
-        return summaries[path].median if path in summaries else default
-
-    def opt(path: str) -> float | None:
-        return summaries[path].median if path in summaries else None
+    def over(prefix: str, each: Iterable[Any], scope: d.Scope) -> dict[str, Any]:
+        """The figures of one owner (the window, a step, NVML...), from each round's."""
+        owners = [o for o in each if o is not None]
+        out: dict[str, Any] = {}
+        for metric in d.of_scope(scope):
+            values = [v for o in owners if (v := _get(o, metric.name)) is not None]
+            if metric.aggregate == "any":
+                out[metric.name] = any(values)
+            elif metric.aggregate == "sum":
+                out[metric.name] = sum(values)
+            elif not values:
+                out[metric.name] = None
+            else:
+                median = summaries[prefix + metric.name].median if metric.comparable else Summary.of(values).median
+                out[metric.name] = round(median) if metric.whole else float(median)
+        return out
 
     last = rounds[-1]
+    window = over("", rounds, "window")
     steps = {
-        name: replace(
-            figures,
-            count=round(med(f"steps.{name}.count")),
-            host_ms=med(f"steps.{name}.host_ms"),
-            host_ms_max=med(f"steps.{name}.host_ms_max"),
-            idle_ms=opt(f"steps.{name}.idle_ms"),
-            bytes=round(med(f"steps.{name}.bytes")),
-            gbps=opt(f"steps.{name}.gbps"),
-            pageable=any(name in m.steps and m.steps[name].pageable for m in rounds),
-            sm_utilization=opt(f"steps.{name}.sm_utilization"),
-        )
+        name: replace(figures, **over(f"steps.{name}.", (m.steps.get(name) for m in rounds), "step"))
         for name, figures in last.steps.items()
     }
-    nvml = None
-    if last.nvml is not None:
-        mem = opt("nvml.mem_used_max_bytes")
-        nvml = NvmlMetrics(
-            util_mean=opt("nvml.util_mean"),
-            power_mean_w=opt("nvml.power_mean_w"),
-            power_max_w=opt("nvml.power_max_w"),
-            mem_used_max_bytes=None if mem is None else round(mem),
-            samples=sum(m.nvml.samples for m in rounds if m.nvml is not None),
-        )
-    unattributed = [m.unattributed_ms for m in rounds if m.unattributed_ms is not None]
-    return Metrics(
-        wall_ms=med("wall_ms"),
-        kernel_ms=opt("kernel_ms"),
-        copy_ms=opt("copy_ms"),
-        busy_ms=opt("busy_ms"),
-        utilization=opt("utilization"),
-        busy_utilization=opt("busy_utilization"),
-        reported_utilization=opt("reported_utilization"),
-        discrepancy=opt("discrepancy"),
-        overhead_ms=opt("overhead_ms"),
-        unattributed_ms=float(Summary.of(unattributed).median) if unattributed else None,
-        kernels=round(Summary.of([m.kernels for m in rounds]).median),
-        truth=last.truth,
+    nvml = None if last.nvml is None else NvmlMetrics(**over("nvml.", (m.nvml for m in rounds), "nvml"))
+    gpm = (
+        None
+        if last.gpm is None
+        else {k: v for k, v in over("gpm.", (m.gpm for m in rounds), "gpm").items() if k in last.gpm}
+    )
+    what_if = {
+        name: Prediction(**over(f"what_if.{name}.", (m.what_if.get(name) for m in rounds), "what_if"))
+        for name in last.what_if
+    }
+    return replace(
+        last,
+        **window,
         steps=steps,
         nvml=nvml,
         rounds=summaries,
-        notes=last.notes,
         unseen=next((m.unseen for m in rounds if m.unseen), None),
-        what_if={
-            name: Prediction(med(f"what_if.{name}.wall_ms"), med(f"what_if.{name}.utilization"))
-            for name in last.what_if
-        },
-        sm_utilization=opt("sm_utilization"),
-        sm_unseen=last.sm_unseen,
-        top_kernels=last.top_kernels,
-        gpm=None if last.gpm is None else {key: med(f"gpm.{key}") for key in last.gpm},
+        what_if=what_if,
+        gpm=gpm,
     )
+
+
+def _get(owner: Any, name: str) -> Any:
+    return owner.get(name) if isinstance(owner, Mapping) else getattr(owner, name)
 
 
 def _ratio(part: float, whole: float) -> float:

@@ -7,11 +7,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from pytest_gpuprof import intervals as iv
-from pytest_gpuprof import sm_metrics
-from pytest_gpuprof.device_work import DeviceWork
-from pytest_gpuprof.model import NS_PER_MS, Span
-from pytest_gpuprof.occupancy import SmLimits
+from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis import sm_metrics
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import NS_PER_MS, Span
+from pytest_gpuprof.analysis.occupancy import SmLimits
 
 
 @dataclass(frozen=True, slots=True)

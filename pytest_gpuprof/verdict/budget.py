@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_gpuprof import validate as check
-from pytest_gpuprof.validate import Number
+from pytest_gpuprof.verdict import validate as check
+from pytest_gpuprof.verdict.validate import Number
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.metrics import Metrics
+    from pytest_gpuprof.analysis.metrics import Metrics
 
 
 class BudgetError(check.Invalid):

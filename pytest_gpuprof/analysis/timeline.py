@@ -1,0 +1,40 @@
+"""The timeline of one measured window: host spans, device work, hardware samples.
+
+Its own module, apart from ``model``, because it holds ``DeviceWork`` (numpy): loading the
+plugin imports ``model`` but not this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span, Truth
+from pytest_gpuprof.analysis.occupancy import SmLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Everything known about one window ``[start, end)``."""
+
+    start: int
+    end: int
+    truth: Truth
+    steps: tuple[Span, ...] = ()
+    regions: tuple[Span, ...] = ()
+    # a sequence of ``DeviceInterval``s is taken too, and held as ``DeviceWork``
+    device: DeviceWork = field(default_factory=lambda: _work(()))
+    samples: tuple[Sample, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+    # the device's SMs, where the backend knows them (for ``sm_utilization``)
+    sm: SmLimits | None = None
+    # NVML GPM's metrics between the window's edges (fractions), where the GPU has GPM
+    gpm: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", _work(self.device))
+
+
+def _work(device: Sequence[DeviceInterval]) -> DeviceWork:
+    return DeviceWork.of(device)

@@ -1,0 +1,44 @@
+"""Backends run device work and report what the device did, as ``DeviceWork``.
+
+``host`` runs on the CPU (always available); ``cuda`` runs on CuPy and reads CUPTI
+activity records or, failing that, CUDA events. Backends only produce timelines.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
+
+__all__ = ["Backend", "DeviceInfo", "create", "cuda_device_count", "select"]
+
+
+def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
+    """Which backend ``--gpu-backend=kind`` means here, and why; creates nothing."""
+    if kind == "host":
+        return "host", "asked for with --gpu-backend=host"
+    from pytest_gpuprof.capture.backends import cuda
+
+    reason = cuda.unavailable(device)
+    if reason is None:
+        return "cuda", f"CUDA device {device} is visible"
+    if kind == "cuda":
+        raise RuntimeError(f"--gpu-backend=cuda, but {reason}")
+    return "host", f"no CUDA device: {reason}"
+
+
+def cuda_device_count() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def create(name: str, device: int, *, cupti: bool, clock: str = "real") -> Backend:
+    if name == "cuda":
+        from pytest_gpuprof.capture.backends.cuda import CudaBackend
+
+        return CudaBackend(device, cupti=cupti)
+    from pytest_gpuprof.capture import clock as clocks
+    from pytest_gpuprof.capture.backends.host import HostBackend
+
+    return HostBackend(clocks.make(clock))

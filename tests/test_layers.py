@@ -1,0 +1,113 @@
+"""The package's layers, read from its imports (docs/design.md, "Layers").
+
+The data flows one way: ``capture`` produces timelines, ``analysis`` (pure) turns them
+into metrics, ``verdict`` judges them, ``output`` writes them, and the pytest glue at the
+top level wires them together. A module imports only from its own layer and those
+before it, and no modules import each other in a circle (lazy imports included).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_gpuprof"
+# each layer, and the layers it may import from besides itself
+ALLOWED = {
+    "analysis": set(),
+    "capture": {"analysis"},
+    "verdict": {"analysis"},
+    "output": {"analysis", "verdict"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    """The package modules that ``path`` imports at run time (lazily or not); imports
+    made for type checking only are not a dependency."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node) for n in ast.walk(node)
+    }
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("pytest_gpuprof"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_gpuprof"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+    return {m for m in found if m in modules} - {_module_name(path)}
+
+
+GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in ALLOWED else None
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _layer(m)))
+def test_a_layer_imports_only_what_comes_before_it(module: str) -> None:
+    layer = _layer(module)
+    assert layer is not None
+    wrong = sorted(
+        imported for imported in GRAPH[module] if _layer(imported) != layer and _layer(imported) not in ALLOWED[layer]
+    )
+    assert not wrong, (
+        f"{module} ({layer}) imports {wrong}: {layer} may import only {sorted(ALLOWED[layer]) or 'itself'}"
+    )
+
+
+def test_the_pure_layer_imports_no_pytest_and_no_device_library() -> None:
+    heavy = ("pytest", "_pytest", "cupy", "cupti", "pynvml", "hypothesis")
+    for path in (PACKAGE / "analysis").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+        assert not [n for n in names if n.split(".")[0] in heavy], f"{path.name} imports {names}"
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(GRAPH.get(module, ())):
+            if state.get(imported) == 1:
+                circle = [*path[path.index(imported) :], imported]
+                pytest.fail("import circle: " + " -> ".join(circle))
+            if imported not in state:
+                visit(imported)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module)
+
+
+def test_the_check_sees_a_layer_broken() -> None:
+    """The reader of imports finds an upward import (so the tests above can fail)."""
+    assert "pytest_gpuprof.analysis.model" in GRAPH["pytest_gpuprof.analysis.metrics"]
+    assert _layer("pytest_gpuprof.output.report") == "output"
+    assert "analysis" not in ALLOWED["analysis"] and "output" not in ALLOWED["verdict"]
