@@ -70,6 +70,14 @@ METRICS: tuple[Metric, ...] = (
         Limit("min_utilization", "min"),
         unseen_by=_DEVICE,
     ),
+    Metric(
+        "overhead_ms",
+        "window",
+        "ms",
+        "wall_ms - kernel_ms",
+        Limit("max_overhead_ms", "max"),
+        unseen_by=_DEVICE,
+    ),
     Metric("busy_utilization", "window", "fraction", "busy_ms / wall_ms", unseen_by=_DEVICE),
     Metric(
         "reported_utilization",
@@ -85,14 +93,6 @@ METRICS: tuple[Metric, ...] = (
         "reported_utilization - utilization",
         Limit("max_discrepancy", "max"),
         unseen="the window has no gpuprof.region() brackets to compare with",
-    ),
-    Metric(
-        "overhead_ms",
-        "window",
-        "ms",
-        "wall_ms - kernel_ms",
-        Limit("max_overhead_ms", "max"),
-        unseen_by=_DEVICE,
     ),
     Metric("unattributed_ms", "window", "ms", "kernel-idle time that no step caused", unseen_by=_DEVICE),
     Metric(

@@ -7,9 +7,11 @@ is a pure function of a ``Budget`` and a ``Metrics``. How a breach reads is ``te
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.analysis.descriptors import Metric
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.validate import Number
 
@@ -21,97 +23,143 @@ class BudgetError(check.Invalid):
     """A budget table with an unknown key, a wrong type or an out-of-range value."""
 
 
-@dataclass(frozen=True, slots=True)
-class StepBudget:
-    max_ms: float | None = None
-    max_idle_ms: float | None = None
-    min_gbps: float | None = None
-    pageable: Literal["forbid", "allow"] | None = None
-    min_sm_utilization: float | None = None
+class _Limits:
+    """A frozen set of limits, one per budget key of ``descriptors`` (``None``: not set)."""
+
+    __slots__ = ("_limits",)
+    KEYS: Mapping[str, Metric] = {}
+
+    def __init__(self, **limits: Any) -> None:
+        wrong = sorted(set(limits) - set(self.KEYS))
+        if wrong:
+            raise TypeError(f"{type(self).__name__}: unknown keys {wrong}; valid keys: {', '.join(self.KEYS)}")
+        object.__setattr__(self, "_limits", {k: limits[k] for k in self.KEYS if limits.get(k) is not None})
+
+    def __getattr__(self, key: str) -> Any:
+        if key in type(self).KEYS:
+            return self._limits.get(key)
+        raise AttributeError(f"{type(self).__name__} has no key {key!r}")
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def set(self) -> dict[str, Any]:
+        """The limits that are set, in the descriptors' order."""
+        return dict(self._limits)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (type(self), tuple(self._limits.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Limits) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._fields().items())})"
+
+    def _fields(self) -> dict[str, Any]:
+        return dict(self._limits)
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
-    min_utilization: float | None = None
-    max_overhead_ms: float | None = None
-    max_discrepancy: float | None = None
-    min_sm_utilization: float | None = None
-    steps: Mapping[str, StepBudget] = field(default_factory=dict)
+class StepBudget(_Limits):
+    """One step's limits (``max_ms``, ``max_idle_ms``, ``min_gbps``, ``pageable``,
+    ``min_sm_utilization``). ``must_run``: the step must run in every judged window (a
+    marker's or ``check()``'s step budget names this test's steps; a project-wide one
+    applies wherever the step runs)."""
+
+    __slots__ = ("must_run",)
+    KEYS = descriptors.limits("step")
+    must_run: bool
+
+    def __init__(self, *, must_run: bool = False, **limits: Any) -> None:
+        super().__init__(**limits)
+        object.__setattr__(self, "must_run", must_run)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (*super()._key(), self.must_run)
+
+    def _fields(self) -> dict[str, Any]:
+        return {**self._limits, **({"must_run": True} if self.must_run else {})}
+
+    def over(self, base: StepBudget) -> StepBudget:
+        return StepBudget(must_run=self.must_run or base.must_run, **{**base.set(), **self.set()})
+
+
+class Budget(_Limits):
+    """A test's limits: the window's keys and each step's."""
+
+    __slots__ = ("steps",)
+    KEYS = descriptors.limits("window")
+    steps: Mapping[str, StepBudget]
+
+    def __init__(self, *, steps: Mapping[str, StepBudget] | None = None, **limits: Any) -> None:
+        super().__init__(**limits)
+        object.__setattr__(self, "steps", dict(steps or {}))
+
+    def _key(self) -> tuple[Any, ...]:
+        return (*super()._key(), tuple(sorted(self.steps.items())))
+
+    def _fields(self) -> dict[str, Any]:
+        return {**self._limits, **({"steps": self.steps} if self.steps else {})}
 
     @property
     def empty(self) -> bool:
-        return self == Budget()
+        return not self._limits and not self.steps
 
     def merged_over(self, base: Budget) -> Budget:
         """This budget's keys over ``base``'s: the higher-precedence source wins key by key."""
-        top = {f.name: getattr(self, f.name) for f in fields(Budget) if f.name != "steps"}
-        merged = replace(base, **{k: v for k, v in top.items() if v is not None})
         steps = dict(base.steps)
         for name, step in self.steps.items():
-            old = steps.get(name, StepBudget())
-            steps[name] = replace(
-                old, **{f.name: getattr(step, f.name) for f in fields(StepBudget) if getattr(step, f.name) is not None}
-            )
-        return replace(merged, steps=steps)
+            steps[name] = step.over(steps.get(name, StepBudget()))
+        return Budget(steps=steps, **{**base.set(), **self.set()})
 
     def limits(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            f.name: getattr(self, f.name)
-            for f in fields(Budget)
-            if f.name != "steps" and getattr(self, f.name) is not None
-        }
+        out: dict[str, Any] = self.set()
         if self.steps:
-            out["steps"] = {
-                name: {f.name: getattr(s, f.name) for f in fields(StepBudget) if getattr(s, f.name) is not None}
-                for name, s in self.steps.items()
-            }
+            out["steps"] = {name: s.set() for name, s in self.steps.items()}
         return out
 
 
-# the limits and their ranges; fractions live in [0, 1]
-_TOP_KEYS = {
-    "min_utilization": Number(0.0, 1.0),
-    "max_overhead_ms": Number(0.0),
-    "max_discrepancy": Number(0.0, 1.0),
-    "min_sm_utilization": Number(0.0, 1.0),
-}
-_STEP_KEYS = {
-    "max_ms": Number(0.0),
-    "max_idle_ms": Number(0.0),
-    "min_gbps": Number(0.0),
-    "min_sm_utilization": Number(0.0, 1.0),
-}
+def _rule(metric: Metric) -> Number:
+    """A limit's range: fractions live in [0, 1], the rest are at least 0."""
+    return Number(0.0, 1.0) if metric.fraction else Number(0.0)
+
+
 _PAGEABLE = ("forbid", "allow")
 
 
-def parse_budget(table: Mapping[str, Any], source: str) -> Budget:
-    """A ``Budget`` from a ``[tool.gpuprof.budget]``-shaped mapping; ``source`` names its origin."""
+def parse_budget(table: Mapping[str, Any], source: str, *, must_run: bool = False) -> Budget:
+    """A ``Budget`` from a ``[tool.gpuprof.budget]``-shaped mapping; ``source`` names its
+    origin; ``must_run``: its step budgets name steps that must run (a marker's, ``check()``'s)."""
     if not isinstance(table, Mapping):
         raise BudgetError(f"{source}: the budget must be a table, not {type(table).__name__}")
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key == "steps":
-            values["steps"] = _parse_steps(value, source)
-        elif key in _TOP_KEYS:
-            values[key] = float(check.number(value, key, source, _TOP_KEYS[key], BudgetError))
+            values["steps"] = _parse_steps(value, source, must_run)
+        elif key in Budget.KEYS:
+            values[key] = float(check.number(value, key, source, _rule(Budget.KEYS[key]), BudgetError))
         else:
-            raise check.unknown(key, source, [*_TOP_KEYS, "steps"], "budget key", BudgetError)
+            raise check.unknown(key, source, [*Budget.KEYS, "steps"], "budget key", BudgetError)
     return Budget(**values)
 
 
-def _parse_steps(table: Any, source: str) -> dict[str, StepBudget]:
+def _parse_steps(table: Any, source: str, must_run: bool) -> dict[str, StepBudget]:
     steps: dict[str, StepBudget] = {}
     for name, step in check.table(table, "steps", source, BudgetError).items():
         where = f"steps.{name}"
         values: dict[str, Any] = {}
         for key, value in check.table(step, where, source, BudgetError).items():
-            if key == "pageable":
-                values[key] = check.choice(value, f"{where}.pageable", source, _PAGEABLE, BudgetError)
-            elif key in _STEP_KEYS:
-                values[key] = float(check.number(value, f"{where}.{key}", source, _STEP_KEYS[key], BudgetError))
+            metric = StepBudget.KEYS.get(key)
+            if metric is None or metric.limit is None:
+                raise check.unknown(f"{where}.{key}", source, list(StepBudget.KEYS), "budget key", BudgetError)
+            if metric.limit.direction == "forbid":
+                values[key] = check.choice(value, f"{where}.{key}", source, _PAGEABLE, BudgetError)
             else:
-                raise check.unknown(f"{where}.{key}", source, [*_STEP_KEYS, "pageable"], "budget key", BudgetError)
-        steps[str(name)] = StepBudget(**values)
+                values[key] = float(check.number(value, f"{where}.{key}", source, _rule(metric), BudgetError))
+        steps[str(name)] = StepBudget(must_run=must_run, **values)
     return steps
 
 
@@ -120,71 +168,68 @@ class Breach:
     metric: str
     value: float
     limit: float | str
-    kind: Literal["min", "max", "forbid"]
+    kind: Literal["min", "max", "forbid", "missing"]
     key: str
+    # what a person needs beyond the figures (a missing step: the steps that did run)
+    detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "value": self.value, "limit": self.limit, "kind": self.kind, "key": self.key}
+        out = {"metric": self.metric, "value": self.value, "limit": self.limit, "kind": self.kind, "key": self.key}
+        return {**out, "detail": self.detail} if self.detail else out
 
 
 def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
-    """Every limit of ``budget`` that ``metrics`` breaches, in the budget's order; a limit
-    on a figure that was not measured (``None``) is neither kept nor breached
-    (``not_measured`` says so)."""
-    checks: list[tuple[float | None, float | None, str, Literal["min", "max"], str]] = [
-        (budget.min_utilization, metrics.utilization, "utilization", "min", "min_utilization"),
-        (budget.max_overhead_ms, metrics.overhead_ms, "overhead_ms", "max", "max_overhead_ms"),
-        (budget.max_discrepancy, metrics.discrepancy, "discrepancy", "max", "max_discrepancy"),
-        (budget.min_sm_utilization, metrics.sm_utilization, "sm_utilization", "min", "min_sm_utilization"),
-    ]
-    breaches = _breached(checks)
+    """Every limit of ``budget`` that ``metrics`` breaches, in the descriptors' order; a
+    limit on a figure that was not measured (``None``) is neither kept nor breached
+    (``not_measured`` says so). A step budget that must run, on a step absent from the
+    window, is a breach: never a gate silently off."""
+    breaches = _breached("", budget, metrics)
     for name, limits in budget.steps.items():
         step = metrics.steps.get(name)
         if step is None:
+            if limits.must_run:
+                ran = ", ".join(sorted(metrics.steps)) or "none"
+                detail = f"step {name!r} never ran in the window; steps were: {ran}"
+                breaches.append(Breach(f"steps.{name}", 0.0, "must run", "missing", f"steps.{name}", detail))
             continue
-        base = f"steps.{name}"
-        breaches += _breached(
-            [
-                (limits.max_ms, step.host_ms, f"{base}.host_ms", "max", f"{base}.max_ms"),
-                (limits.max_idle_ms, step.idle_ms, f"{base}.idle_ms", "max", f"{base}.max_idle_ms"),
-                (limits.min_gbps, step.gbps, f"{base}.gbps", "min", f"{base}.min_gbps"),
-                (
-                    limits.min_sm_utilization,
-                    step.sm_utilization,
-                    f"{base}.sm_utilization",
-                    "min",
-                    f"{base}.min_sm_utilization",
-                ),
-            ]
-        )
-        if limits.pageable == "forbid" and step.pageable:
-            breaches.append(Breach(f"{base}.pageable", 1.0, "forbid", "forbid", f"{base}.pageable"))
+        breaches += _breached(f"steps.{name}.", limits, step)
     return breaches
 
 
-def _breached(checks: list[tuple[float | None, float | None, str, Literal["min", "max"], str]]) -> list[Breach]:
-    return [
-        Breach(metric, value, limit, kind, key)
-        for limit, value, metric, kind, key in checks
-        if limit is not None and value is not None and (value < limit if kind == "min" else value > limit)
-    ]
+def _breached(prefix: str, limits: _Limits, figures: Any) -> list[Breach]:
+    out = []
+    for key, limit in limits.set().items():
+        metric = limits.KEYS[key]
+        value = getattr(figures, metric.name)
+        direction = metric.limit.direction if metric.limit is not None else "max"
+        if value is None:
+            continue
+        if direction == "forbid":
+            if limit == "forbid" and value:
+                out.append(Breach(prefix + metric.name, 1.0, "forbid", "forbid", prefix + key))
+        elif value < limit if direction == "min" else value > limit:
+            out.append(Breach(prefix + metric.name, float(value), limit, direction, prefix + key))
+    return out
 
 
 def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
     """The limits of ``budget`` that ``metrics`` cannot be judged on, each with the reason:
     neither kept nor breached, and said so."""
-    out = []
-    if metrics.unseen is not None:
-        keys = [k for k in ("min_utilization", "max_overhead_ms") if getattr(budget, k) is not None]
-        keys += [f"steps.{n}.max_idle_ms" for n, limits in budget.steps.items() if limits.max_idle_ms is not None]
-        out += [f"{key} not measured: {metrics.unseen}" for key in keys]
-    if budget.min_sm_utilization is not None and metrics.sm_utilization is None:
-        out.append(f"min_sm_utilization not measured: {metrics.sm_unseen or 'no kernel ran'}")
+    out = [f"{key} not measured: {why}" for key, why in _unjudged("", budget, metrics, metrics)]
     for name, limits in budget.steps.items():
         step = metrics.steps.get(name)
-        if limits.min_sm_utilization is not None and step is not None and step.sm_utilization is None:
-            why = metrics.sm_unseen or "the step issued no kernel"
-            out.append(f"steps.{name}.min_sm_utilization not measured: {why}")
+        if step is not None:
+            out += [f"{key} not measured: {why}" for key, why in _unjudged(f"steps.{name}.", limits, step, metrics)]
+    return out
+
+
+def _unjudged(prefix: str, limits: _Limits, figures: Any, metrics: Metrics) -> list[tuple[str, str]]:
+    out = []
+    for key in limits.set():
+        metric = limits.KEYS[key]
+        if getattr(figures, metric.name) is None:
+            why = getattr(metrics, metric.unseen_by) if metric.unseen_by else None
+            out.append((prefix + key, why or metric.unseen))
     return out
 
 
