@@ -204,6 +204,32 @@ def test_attribution_matches_brute_force(both_paths, steps, kernels, transfers, 
     assert total == pytest.approx(m.overhead_ms, abs=1e-12)
 
 
+@given(
+    nested_steps,
+    st.lists(kernel_strategy, max_size=6),
+    st.lists(transfer_strategy, max_size=4),
+    st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
+)
+def test_the_idle_lane_draws_what_the_metrics_charged(both_paths, steps, kernels, transfers, window):
+    from pytest_gpuprof.analysis.lanes import idle_items
+
+    timeline = Timeline(window[0], window[1], "host", tuple(steps), (), (*kernels, *transfers))
+    m = metrics.compute(timeline)
+    stretches = metrics.idle_stretches(timeline)
+    drawn = defaultdict(float)
+    for s in stretches:
+        assert sum(s.shares.values()) == pytest.approx(s.end - s.start)
+        for name, ns in s.shares.items():
+            drawn[name] += ns
+    assert sum(s.end - s.start for s in stretches) == pytest.approx(m.overhead_ms * MS)
+    expected = {name: ms * MS for name, ms in m.idle_by_step() if ms}
+    assert dict(drawn) == pytest.approx(expected)
+    items = idle_items(timeline)
+    assert [(i.start, i.end, i.label) for i in items] == [
+        (s.start - window[0], s.end - window[0], s.cause) for s in stretches
+    ]
+
+
 @given(nested_steps, st.lists(st.tuples(st.integers(1, 4), st.integers(1, 60)), max_size=12))
 def test_work_belongs_to_the_innermost_step_open_on_its_thread_when_issued(steps, calls):
     # issued=0 means "not known"; CUPTI times are never 0

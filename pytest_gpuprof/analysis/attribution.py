@@ -10,14 +10,16 @@ threads that have one; what neither covers is ``unattributed`` (docs/design.md).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import NO_SPAN, DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Span
+from pytest_gpuprof.analysis.model import UNATTRIBUTED, DeviceInterval, Span
 
 
 def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:
@@ -98,6 +100,20 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
 
 
+@dataclass(frozen=True, slots=True)
+class Stretch:
+    """A piece of kernel-idle time and whom it is charged to: nanoseconds per step name
+    (``UNATTRIBUTED`` for what no step covers), adding up to its length."""
+
+    start: int
+    end: int
+    shares: dict[str, float]
+
+    @property
+    def cause(self) -> str:
+        return max(self.shares, key=lambda name: self.shares[name])
+
+
 def attribute_idle(
     steps: Sequence[Span],
     idle: Sequence[iv.Interval] | np.ndarray,
@@ -107,39 +123,91 @@ def attribute_idle(
     and memsets, by step name) occupied the device then, split evenly among them; the
     rest to the innermost host step of each thread active then.
 
-    ``idle`` is sorted and disjoint (a list, or an (n, 2) array). Returns nanoseconds charged per step name and the
-    nanoseconds neither covered; the two add up to the total idle length.
+    ``idle`` is sorted and disjoint (a list, or an (n, 2) array). Returns nanoseconds
+    charged per step name and the nanoseconds neither covered; the two add up to the
+    total idle length. ``stretches`` cuts the same charges into pieces to draw.
     """
-    if not transfers:
-        return _charge_lanes(steps, idle)
+    charged: dict[str, float] = defaultdict(float)
+    unattributed = 0.0
+    for lanes, part in _passes(steps, idle, transfers):
+        segments = _segments(lanes, part)
+        if segments is None:
+            continue
+        _, names, idle_in = segments
+        for who, ns in zip(names, idle_in, strict=True):
+            if ns <= 0:
+                continue
+            if not who:
+                unattributed += ns
+            for name in who:
+                charged[name] += ns / len(who)
+    return dict(charged), unattributed
+
+
+def stretches(
+    steps: Sequence[Span],
+    idle: Sequence[iv.Interval] | np.ndarray,
+    transfers: Mapping[str, iv.Intervals] | None = None,
+) -> list[Stretch]:
+    """The charges of ``attribute_idle`` as pieces of the idle time, in time order: each
+    idle stretch cut where the steps charged for it change."""
+    out: list[Stretch] = []
+    for lanes, part in _passes(steps, idle, transfers):
+        segments = _segments(lanes, part)
+        if segments is None:
+            continue
+        points, names, _ = segments
+        spans = np.asarray(part, dtype=np.int64).reshape(-1, 2)
+        cuts = np.asarray(points, dtype=np.int64)
+        for start, end in spans.tolist():
+            inside = cuts[(cuts > start) & (cuts < end)].tolist()
+            edges = [start, *inside, end]
+            for a, b in itertools.pairwise(edges):
+                who = names[int(np.searchsorted(cuts, a, side="right")) - 1]
+                shares: dict[str, float] = defaultdict(float)
+                for name in who or (UNATTRIBUTED,):
+                    shares[name] += (b - a) / max(len(who), 1)
+                out.append(Stretch(a, b, dict(shares)))
+    out.sort(key=lambda s: s.start)
+    merged: list[Stretch] = []
+    for s in out:  # neighbours charged to the same steps are one stretch
+        last = merged[-1] if merged else None
+        if last is not None and last.end == s.start and last.shares.keys() == s.shares.keys():
+            merged[-1] = Stretch(last.start, s.end, {n: last.shares[n] + s.shares[n] for n in last.shares})
+        else:
+            merged.append(s)
+    return merged
+
+
+def _passes(
+    steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarray, transfers: Mapping[str, iv.Intervals] | None
+) -> list[tuple[Sequence[Span], Sequence[iv.Interval] | np.ndarray]]:
+    """Device first: the idle time under copies and memsets, charged to their steps (each
+    step a lane of its own), then the rest, charged to the host steps."""
     lanes = [
         Span(name, -1 - lane, s, e)
-        for lane, (name, done) in enumerate(sorted(transfers.items()))
+        for lane, (name, done) in enumerate(sorted((transfers or {}).items()))
         for s, e in iv.union(done)
     ]
     busy = iv.union((s.start, s.end) for s in lanes)
     if not busy:
-        return _charge_lanes(steps, idle)
+        return [(steps, idle)]
     lo, hi = (int(idle[0][0]), int(idle[-1][1])) if len(idle) else (0, 0)
-    by_device, _ = _charge_lanes(lanes, iv.intersect(idle, busy))
-    by_host, unattributed = _charge_lanes(steps, iv.intersect(idle, iv.gaps(busy, (lo, hi))))
-    for name, ns in by_device.items():
-        by_host[name] = by_host.get(name, 0.0) + ns
-    return by_host, unattributed
+    return [(lanes, iv.intersect(idle, busy)), (steps, iv.intersect(idle, iv.gaps(busy, (lo, hi))))]
 
 
-def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarray) -> tuple[dict[str, float], float]:
-    """Charge each idle stretch to the innermost step of each thread active then, split
-    evenly among the threads that have one.
+def _segments(
+    steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarray
+) -> tuple[list[int], list[tuple[str, ...]], list[int]] | None:
+    """The window cut where a step opens or closes: the cut points, the innermost step
+    of each thread that has one between each point and the next (none: unattributed),
+    and the idle time there. ``None`` where there is no idle.
 
-    The active steps change only where a step opens or closes: between two such points,
-    the idle time inside is charged at once (a window can hold a hundred thousand idle
-    stretches).
+    The active steps change only at those points, so the idle between two of them is
+    charged at once (a window can hold a hundred thousand idle stretches).
     """
-    charged: dict[str, float] = defaultdict(float)
-    unattributed = 0.0
     if not len(idle):
-        return dict(charged), unattributed
+        return None
     lo, hi = int(idle[0][0]), int(idle[-1][1])
     relevant = [s for s in steps if s.end > lo and s.start < hi and s.end > s.start]
     opening: dict[int, list[Span]] = defaultdict(list)
@@ -156,23 +224,20 @@ def _charge_lanes(steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarra
     for span in relevant:
         if span.start < lo:
             active[span.thread].append(span)
-    for i, a in enumerate(ordered[:-1]):
+    names: list[tuple[str, ...]] = []
+    for a in ordered[:-1]:
         for span in closing.get(a, ()):
             active[span.thread].remove(span)
         for span in opening.get(a, ()):
             if span.start >= lo:
                 active[span.thread].append(span)
-        stretch = before[i + 1] - before[i]
-        if stretch <= 0:
-            continue
-        innermost = [max(lane, key=lambda s: (s.depth, s.start, s.name)) for lane in active.values() if lane]
-        if not innermost:
-            unattributed += stretch
-            continue
-        share = stretch / len(innermost)
-        for span in innermost:
-            charged[span.name] += share
-    return dict(charged), unattributed
+        names.append(tuple(max(lane, key=_depth_first).name for lane in active.values() if lane))
+    return ordered, names, [b - a for a, b in itertools.pairwise(before)]
+
+
+def _depth_first(span: Span) -> tuple[int, int, str]:
+    """The innermost of a thread's active steps: the deepest, then the latest opened."""
+    return (span.depth, span.start, span.name)
 
 
 def _idle_before(idle: Sequence[iv.Interval] | np.ndarray, points: Sequence[int]) -> list[int]:

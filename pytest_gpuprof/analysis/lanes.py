@@ -10,15 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuprof.analysis import intervals as iv
-from pytest_gpuprof.analysis.metrics import attribute_idle
-from pytest_gpuprof.analysis.model import UNATTRIBUTED
+from pytest_gpuprof.analysis.metrics import idle_stretches
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
 from pytest_gpuprof.analysis.timeline import Timeline
-
-# Beyond this many idle stretches, the rest are drawn without their attribution: charging
-# each one costs a pass over the steps.
-ATTRIBUTED_STRETCHES = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +67,9 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, d.name or d.kind, args))
     for (kind, stream), items in sorted(device.items()):
         lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))
-    lanes.append(Lane("kernel-idle, charged to", "idle", idle_items(timeline)))
+    idle = idle_items(timeline)
+    if idle:
+        lanes.append(Lane("kernel-idle, charged to", "idle", idle))
     counters = []
     for name, unit, key in (("NVML utilization", "%", "util"), ("NVML power", "W", "power_w")):
         points = [
@@ -85,20 +81,17 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
 
 
 def idle_items(timeline: Timeline) -> list[Item]:
-    window = (timeline.start, timeline.end)
-    kernels = iv.union(iv.clip(((d.start, d.end) for d in timeline.device if d.kind == "kernel"), window))
-    out = []
-    for n, gap in enumerate(iv.gaps(kernels, window)):
-        if n < ATTRIBUTED_STRETCHES:
-            charged, unattributed = attribute_idle(timeline.steps, [gap])
-            shares = {name: round(ns / 1e6, 4) for name, ns in sorted(charged.items(), key=lambda kv: -kv[1])}
-            if unattributed:
-                shares[UNATTRIBUTED] = round(unattributed / 1e6, 4)
-            label = max(shares, key=lambda k: shares[k]) if shares else UNATTRIBUTED
-            out.append(Item(gap[0] - timeline.start, gap[1] - timeline.start, label, {"charged_ms": shares}))
-        else:
-            out.append(Item(gap[0] - timeline.start, gap[1] - timeline.start, "idle"))
-    return out
+    """The kernel-idle stretches, each labelled with the step it is charged to most and
+    every share (``charged_ms``): the charges of the metrics, drawn."""
+    return [
+        Item(
+            s.start - timeline.start,
+            s.end - timeline.start,
+            s.cause,
+            {"charged_ms": {name: round(ns / 1e6, 4) for name, ns in sorted(s.shares.items(), key=lambda kv: -kv[1])}},
+        )
+        for s in idle_stretches(timeline)
+    ]
 
 
 def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items", *, by_label: bool = False) -> list[Item]:

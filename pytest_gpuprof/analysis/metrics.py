@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_gpuprof.analysis import attribution, sm_metrics, whatif
 from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis import intervals as iv
-from pytest_gpuprof.analysis import sm_metrics, whatif
-from pytest_gpuprof.analysis.attribution import attribute_idle, work_by_step
+from pytest_gpuprof.analysis.attribution import work_by_step
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
@@ -136,14 +136,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     seen = _whatif_window(timeline, kernel_work)
     kernel_ns = seen.kernel_ns
 
-    names = {s.span_id: s.name for s in timeline.steps}
-    transfers: dict[str, list[np.ndarray]] = defaultdict(list)
-    for span_id, done in seen.work.items():
-        if span_id in names:  # tagged by a step outside the window: its work is nobody's here
-            transfers[names[span_id]].append(done.where(~done.of_kind("kernel")).spans())
-    charged, unattributed = attribute_idle(
-        timeline.steps, seen.idle, {name: np.concatenate(spans) for name, spans in transfers.items()}
-    )
+    charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, _transfers(seen))
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
@@ -205,6 +198,23 @@ _NO_SMS = {
     "events": "CUDA events do not see kernels, only the span between a step's edges",
     "cupti": "the device's SM limits are not known",
 }
+
+
+def _transfers(seen: whatif.Window) -> dict[str, np.ndarray]:
+    """The copies and memsets of each step, by name: what idle is charged to device first."""
+    names = {s.span_id: s.name for s in seen.steps}
+    transfers: dict[str, list[np.ndarray]] = defaultdict(list)
+    for span_id, done in seen.work.items():
+        if span_id in names:  # tagged by a step outside the window: its work is nobody's here
+            transfers[names[span_id]].append(done.where(~done.of_kind("kernel")).spans())
+    return {name: np.concatenate(spans) for name, spans in transfers.items()}
+
+
+def idle_stretches(timeline: Timeline) -> list[attribution.Stretch]:
+    """The window's kernel-idle time, cut into pieces with whom each is charged to: the
+    same charges as ``compute``'s ``idle_ms`` and ``unattributed_ms``, for drawing."""
+    seen = _whatif_window(timeline)
+    return attribution.stretches(timeline.steps, seen.idle, _transfers(seen))
 
 
 def what_if(timeline: Timeline, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
