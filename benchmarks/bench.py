@@ -256,7 +256,7 @@ def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> 
     ``unchanged`` and ``slowed`` are 20 runs' rounds each; every expression is judged on
     the first ``n`` rounds a side, for each ``n`` in ``counts``.
     """
-    from pytest_gpuprof.verdict.compare import judge, parse_thresholds
+    from pytest_gpuprof.verdict.compare import assess, parse_thresholds
 
     print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
     for name, runs in (("unchanged", unchanged), ("slowed", slowed)):
@@ -264,7 +264,7 @@ def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> 
     for expression in expressions:
         (threshold,) = parse_thresholds(expression)
         for n in counts:
-            alarms = [judge(threshold, baseline[:n], r[:n]).verdict == "regression" for r in (*unchanged, *slowed)]
+            alarms = [assess(threshold, baseline[:n], r[:n]).finding == "regression" for r in (*unchanged, *slowed)]
             row(
                 f"gate {expression}, {n} rounds a side ({label})",
                 f"false alarms {sum(alarms[: len(unchanged)])}/20 unchanged; "

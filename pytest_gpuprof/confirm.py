@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuprof.verdict.budget import Breach, Budget, breaches_of
+from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
@@ -55,7 +55,7 @@ class Examples:
         self._watched: set[int] = set()
         # the example of the latest measure(), and how to measure it again
         self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
-        self._judged: dict[tuple[Any, str], tuple[list[Breach], Metrics]] = {}
+        self._judged: dict[tuple[Any, str], tuple[Verdict, Metrics]] = {}
 
     def remember(self, remeasure: Callable[[], Metrics]) -> None:
         """How to measure the running example's window again, to confirm a breach."""
@@ -65,10 +65,10 @@ class Examples:
         """Whether the running example (if any) has measured a window."""
         return self._remeasure is not None and running() and self._remeasure[0] == _example_id()
 
-    def judgement(self, budget: Budget, breaches: list[Breach], metrics: Metrics) -> tuple[list[Breach], Metrics]:
-        """The judgement of the running example on ``budget``, given the ``breaches`` of
-        its window's ``metrics``: the breaches that count (none: it keeps the budget) and
-        the metrics they were judged on.
+    def judgement(self, verdict: Verdict, metrics: Metrics) -> tuple[Verdict, Metrics]:
+        """The judgement of the running example, given the ``verdict`` of its window's
+        ``metrics``: the verdict that counts (no breach: it keeps the budget) and the
+        metrics it was judged on.
 
         A breach counts once ``CONFIRMATIONS`` more measurements repeat it. When
         hypothesis runs the same example again (to shrink, or to show the failure), it
@@ -76,25 +76,25 @@ class Examples:
         again, can fall either side, and hypothesis would report that as Flaky.
         """
         choices = _example_choices()
-        key = (choices, repr(budget))
+        key = (choices, repr(verdict.budget))
         if choices is not None and key in self._judged:
             return self._judged[key]
-        judged = (self._confirm(budget) if breaches else []), metrics
+        judged = (self._confirm(verdict.budget) if verdict.breached else verdict), metrics
         if choices is not None:
             self._judged[key] = judged
         return judged
 
-    def _confirm(self, budget: Budget) -> list[Breach]:
-        """The breaches of the last of ``CONFIRMATIONS`` more measurements, or none as soon
-        as one keeps ``budget``: a noisy near-threshold window would otherwise fail an
+    def _confirm(self, budget: Budget) -> Verdict:
+        """The verdict of the last of ``CONFIRMATIONS`` more measurements, or the first
+        that keeps ``budget``: a noisy near-threshold window would otherwise fail an
         example that passes when hypothesis replays it, which it reports as Flaky."""
         assert self._remeasure is not None
-        breaches: list[Breach] = []
+        verdict = Verdict(budget)
         for _ in range(CONFIRMATIONS):
-            breaches = breaches_of(budget, self._remeasure[1]())
-            if not breaches:
-                return []
-        return breaches
+            verdict = judge(budget, self._remeasure[1]())
+            if not verdict.breached:
+                return verdict
+        return verdict
 
     def watch_memory(self) -> None:
         """Check, when the running example ends, that its device memory came back (and

@@ -146,9 +146,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = config.stash[SESSION]
     for item in items:
         keywords = item.keywords  # holds every marker's name: a cheap test before the lookup
-        marker = item.get_closest_marker("gpu_budget") if "gpu_budget" in keywords else None
-        if marker is not None:
-            item.stash[BUDGET] = _marker_budget(item, marker, session.settings.budget)
+        markers = list(item.iter_markers("gpu_budget")) if "gpu_budget" in keywords else []
+        marker = markers[0] if markers else None
+        if markers:
+            item.stash[BUDGET] = _marker_budget(item, markers, session.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
         elif marker is not None or (
@@ -164,15 +165,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 
 
-def _marker_budget(item: pytest.Item, marker: pytest.Mark, base: Budget) -> Budget:
-    if marker.args:
-        raise pytest.UsageError(
-            f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
-        )
-    try:
-        return parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget").merged_over(base)
-    except BudgetError as e:
-        raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+def _marker_budget(item: pytest.Item, markers: list[pytest.Mark], base: Budget) -> Budget:
+    """The test's ``gpu_budget`` markers merged key by key over the run's budget, the
+    closest winning: the function's (the one written nearest it first, when stacked),
+    then its class's, then its module's (``pytestmark``)."""
+    budget = base
+    for marker in reversed(markers):  # iter_markers yields the closest first
+        if marker.args:
+            raise pytest.UsageError(
+                f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
+            )
+        try:
+            budget = parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget", own=True).merged_over(
+                budget
+            )
+        except BudgetError as e:
+            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    return budget
 
 
 @pytest.fixture(scope="session")
@@ -185,7 +194,7 @@ def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
 def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
     session = request.config.stash[SESSION]
-    profiler = session.profiler(request.node.stash.get(BUDGET, session.settings.budget))
+    profiler = session.profiler(request.node.stash.get(BUDGET, session.settings.budget), request.node.nodeid)
     request.node.stash[PROFILER] = profiler
     try:
         yield profiler
@@ -202,7 +211,7 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)
     gpuprof.backend.prepare()
     # the kernels' own buffers live for the session: not this test's memory
-    gpuprof.memory_before = gpuprof.backend.memory_in_use()
+    gpuprof.exclude_held_memory()
     try:
         yield workload
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Generator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,12 +23,13 @@ from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.outputs import Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
-from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
+from pytest_gpuprof.verdict.budget import Budget
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.device import GpuDevice
-    from pytest_gpuprof.profiler import Profiler, Window
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.windows import Window
 
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
@@ -100,7 +102,7 @@ class GpuSession:
         return self.runtime.header()
 
     # per test
-    def profiler(self, budget: Budget) -> Profiler:
+    def profiler(self, budget: Budget, owner: str = "this test") -> Profiler:
         from pytest_gpuprof.profiler import Profiler
 
         s = self.settings
@@ -113,63 +115,75 @@ class GpuSession:
             enforce=s.enforce,
             pinned_gbps=lambda: self.device.h2d_gbps,
             gpm=self.runtime.gpm,
+            owner=owner,
         )
 
-    def record(self, nodeid: str, profiler: Profiler, windows: list[Window]) -> Verdict:
-        """Judge the test's windows and keep its record: the first window whose breaches
-        count, else the first with any, else the last."""
+    def record(self, nodeid: str, profiler: Profiler) -> TestResult | None:
+        """The test's one verdict, kept where every output reads it: its windows judged on
+        its budget, and every ``check()`` it made, passing or failing."""
         from pytest_gpuprof.output.report import GpuRecord
 
-        verdict = judge(profiler.budget, [w.metrics for w in windows], [w.settled for w in windows])
-        breaching = [i for i, b in enumerate(verdict.breaches) if b]
-        primary = verdict.first if verdict.first is not None else (breaching[0] if breaching else len(windows) - 1)
+        windows = profiler.final_windows()
+        if not windows:
+            return None
+        primary = _primary(windows)
         window = windows[primary]
+        verdict, metrics, failed_by = window.verdict, window.metrics, None
+        budget = profiler.budget
+        for checked, judged in profiler.verdicts:
+            budget = checked.budget.merged_over(budget)
+            if checked.breached:
+                verdict, metrics, failed_by = checked, judged, "check"
+        problems = profiler.problems()
+        if problems:
+            metrics = replace(metrics, notes=(*metrics.notes, *problems))
         if self.settings.trace is not None and window.timeline is not None:
             from pytest_gpuprof.output.trace import write_trace
 
             write_trace(self.settings.trace, nodeid, window.timeline)
         record = GpuRecord(
             nodeid=nodeid,
-            metrics=window.metrics,
-            budget=profiler.budget,
-            breaches=list(verdict.breaches[primary]),
+            metrics=metrics,
+            budget=budget,
+            breaches=list(verdict.breaches),
             enforced=self.settings.enforce,
             windows=len(windows),
             device=self.settings.device,
+            failed_by=failed_by,
+            unjudged=list(verdict.unjudged),
         )
-        self.results[nodeid] = TestResult(record, window.timeline)
-        return verdict
+        result = self.results[nodeid] = TestResult(record, window.timeline)
+        result.primary = primary
+        return result
 
-    def judge(self, item: pytest.Item) -> None:
-        """After a test's call: record it, warn about or fail a breach, gate a regression."""
+    def judge(self, item: pytest.Item, *, raised: bool = False) -> None:
+        """After a test's call: record its verdict, then warn about or fail a breach and
+        gate a regression (``raised``: the call failed already; it is recorded only)."""
         profiler = item.stash.get(PROFILER, None)
         if profiler is None:
             return
-        windows = profiler.final_windows()
-        if not windows:
+        result = self.record(item.nodeid, profiler)
+        if result is None:
             return
-        verdict = self.record(item.nodeid, profiler, windows)
-        result = self.results[item.nodeid]
-        item.user_properties.extend(result.record.properties())
+        record = result.record
+        result.changes, regression = self.gate.compare(item.nodeid, record.to_dict())
+        if regression is not None:
+            record.regressions = [c.threshold.metric for c in result.changes if c.finding == "regression"]
+        if raised:
+            return
         message = None
-        if verdict.first is not None:
-            window = windows[verdict.first]
-            message = failure_message(list(verdict.breaches[verdict.first]), window.metrics)
-            if len(windows) > 1:
-                message += f"\n  (window '{window.label}', {verdict.first + 1} of {len(windows)})"
-        result.changes, regression = self.gate.compare(item.nodeid, result.record.to_dict())
+        window = profiler.windows[result.primary]
+        if record.failed_by is None and window.verdict.breached and not window.settled:
+            where = (window.label, result.primary, len(profiler.windows)) if len(profiler.windows) > 1 else None
+            message = failure_message(record.breaches, record.metrics, window=where)
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        for line in verdict.unjudged:
-            try:  # neither kept nor breached: said so, never a failure
-                warnings.warn(GpuBudgetWarning(f"GPU budget not judged: {line}"), stacklevel=1)
-            except GpuBudgetWarning:
-                pass  # warnings are errors here (-W error); the summary's status still says it
-        if message is not None and not self.settings.enforce:
-            try:
-                warnings.warn(GpuBudgetWarning(message), stacklevel=1)
-            except GpuBudgetWarning:  # warnings are errors here (-W error): fail with the message
-                failures.append(message)
+        for line in [*record.unjudged, *profiler.problems()]:
+            # neither kept nor breached: said so, never a failure
+            _warn(item, f"GPU budget not judged: {line}" if line in record.unjudged else f"gpuprof: {line}")
+        if message is not None and not self.settings.enforce and not _warn(item, message):
+            failures.append(message)  # warnings are errors here (-W error): fail with the message
         if failures:
+            record.failed_by = "budget" if message in failures else "regression"
             pytest.fail("\n".join(failures), pytrace=False)
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
@@ -182,10 +196,9 @@ class GpuSession:
             self.backend.synchronize()
         finally:
             if nodeid not in self.results and outcome != "interrupted":
-                windows = profiler.final_windows()
-                if windows:
-                    self.record(nodeid, profiler, windows)
+                self.record(nodeid, profiler)
             self.backend.drain()
+            profiler.end()
         gc.collect()
         held = self.backend.memory_in_use() - profiler.memory_before
         passed = outcome == "passed"
@@ -210,9 +223,14 @@ class GpuSession:
 
     def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         if call.when == "teardown" and item.nodeid in self.results:
+            if report.failed:  # an error in tear-down (a leak, a fixture) fails the test
+                self.outcomes[item.nodeid] = ("failed", self.outcomes.get(item.nodeid, ("passed", False))[1])
+            view = self.view(item.nodeid)
+            # JUnit XML reads the tear-down report's properties: every measured test has them
+            report.user_properties.extend(self.results[item.nodeid].record.properties())
             # Everything the controller needs travels with the report (pytest-xdist sends
             # its __dict__), so a worker's tests are reported like local ones.
-            report.gpuprof = self.view(item.nodeid).to_dict()  # type: ignore[attr-defined]
+            report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
 
     def view(self, nodeid: str) -> TestView:
         from pytest_gpuprof.output.report import breach_details, row
@@ -263,6 +281,24 @@ class GpuSession:
         self.runtime.close()
 
 
+def _primary(windows: list[Window]) -> int:
+    """The window a test is reported by: the first whose breach counts (not settled inside
+    its hypothesis example), else the first with a breach, else the last."""
+    breaching = [i for i, w in enumerate(windows) if w.verdict.breached]
+    counting = [i for i in breaching if not windows[i].settled]
+    return (counting or breaching or [len(windows) - 1])[0]
+
+
+def _warn(item: pytest.Item, message: str) -> bool:
+    """Warn at the test's own line; ``False`` where warnings are errors (``-W error``)."""
+    path, line = str(item.path), (item.location[1] or 0) + 1
+    try:
+        warnings.warn_explicit(GpuBudgetWarning(message), GpuBudgetWarning, path, line)
+    except GpuBudgetWarning:
+        return False
+    return True
+
+
 class SessionHooks:
     """The session's pytest hooks, each asking the session for one thing.
 
@@ -284,19 +320,28 @@ class SessionHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        if not item.stash.get(WHOLE_CALL, False):
-            result = yield
-            self._session.judge(item)
-            return result
         session = self._session
-        profiler = session.profiler(item.stash.get(BUDGET, session.settings.budget))
-        item.stash[PROFILER] = profiler
+        whole = item.stash.get(WHOLE_CALL, False)
+        if whole:
+            profiler = session.profiler(item.stash.get(BUDGET, session.settings.budget), item.nodeid)
+            item.stash[PROFILER] = profiler
         try:
-            with profiler.window("test") as done:
+            if whole:
+                done: list[Window] = []
+                try:
+                    with profiler.window("test") as done:
+                        result = yield
+                finally:
+                    session.backend.drain()  # the call's device work is in its window, or lost with it
+                    if done:
+                        profiler.record(done[0])
+            else:
                 result = yield
-        finally:
-            session.backend.drain()  # the call's device work is in its window, or lost with it
-        profiler.record(done[0])
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            session.judge(item, raised=True)  # a failing call keeps its verdict (a failed check())
+            raise
         session.judge(item)
         return result
 

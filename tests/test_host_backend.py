@@ -95,7 +95,7 @@ def test_steps_nest_per_thread_and_close_on_error(backend):
         t.join()
     with pytest.raises(KeyError), profiler.step("failing"):
         raise KeyError("x")
-    spans = profiler._steps
+    spans = profiler.spans.steps
     assert len({s.thread for s in spans if s.name == "outer"}) == 3
     assert {s.depth for s in spans if s.name == "inner"} == {1}
     assert [s.name for s in spans if s.depth == 0].count("failing") == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
@@ -27,25 +27,35 @@ class GpuRecord:
     outcome: str = "passed"
     xfail: bool = False
     device: int = 0
+    # what the plugin failed the test for: "budget" (--gpu-budget, or a breach warning
+    # under -W error), "check" (gpuprof.check() raised) or "regression" (a gate)
+    failed_by: str | None = None
+    # the limits that could not be judged, with the reason; the metrics that regressed
+    unjudged: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
-        """The summary's word for the budget: '-' (none), ok, not measured, warn, FAIL or
-        xfail; and 'records lost' where the measurement lost device records."""
+        """The test's one verdict: '-' (no budget), ok, not measured, warn, FAIL or xfail,
+        with what breached or regressed; and 'records lost' where the measurement lost
+        device records."""
         verdict = self._verdict()
         if any(note.startswith(RECORDS_LOST) for note in self.metrics.notes):
             return "records lost" if verdict == "-" else f"{verdict}; records lost"
         return verdict
 
     def _verdict(self) -> str:
-        if not self.breaches:
-            if self.budget.empty:
-                return "-"
-            return "not measured" if not_measured(self.budget, self.metrics) else "ok"
-        keys = ",".join(sorted({b.key for b in self.breaches}))
-        if self.xfail:
-            return f"xfail: breach {keys}"
-        return f"{'FAIL' if self.enforced else 'warn'}: breach {keys}"
+        if self.breaches:
+            keys = ",".join(sorted({b.key for b in self.breaches}))
+            if self.xfail:
+                return f"xfail: breach {keys}"
+            failed = self.enforced or self.failed_by in ("budget", "check")
+            return f"{'FAIL' if failed else 'warn'}: breach {keys}"
+        if self.regressions:
+            return f"{'xfail' if self.xfail else 'FAIL'}: regression {','.join(self.regressions)}"
+        if self.budget.empty:
+            return "-"
+        return "not measured" if self.unjudged or not_measured(self.budget, self.metrics) else "ok"
 
     def properties(self) -> list[tuple[str, object]]:
         """The headline figures as JUnit XML properties (``record_property``)."""

@@ -6,6 +6,7 @@ comparison thresholds and the text of a breach (docs/design.md, "Budget failure 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pytest_gpuprof.analysis.descriptors import is_fraction
@@ -35,6 +36,8 @@ def pct(x: float | None) -> str:
 
 
 def describe_breach(b: Breach) -> str:
+    if b.kind == "missing":
+        return f"{b.detail} ({b.key})"
     if b.kind == "forbid":
         return f'{b.metric.removesuffix(".pageable")} used pageable host memory (pageable = "forbid")'
     fraction = is_fraction(b.metric)
@@ -116,6 +119,25 @@ def _rounds(metrics: Metrics) -> int:
     return len(summary.samples) if summary else 1
 
 
-def failure_message(breaches: list[Breach], metrics: Metrics) -> str:
-    head = "GPU budget exceeded: " + "; ".join(describe_breach(b) for b in breaches)
-    return "\n  ".join([f"{head}  [truth: {metrics.truth}]", *explain(metrics)])
+def failure_message(
+    breaches: Sequence[Breach],
+    metrics: Metrics,
+    *,
+    lead: str = "GPU budget exceeded: ",
+    window: tuple[str, int, int] | None = None,
+    confirmations: int | None = None,
+) -> str:
+    """The one text of a breach: the breached limits, where the time went, and the
+    context (which of the test's windows; the re-measurements that confirmed it inside
+    a hypothesis example, with the buffers it moved)."""
+    head = lead + "; ".join(describe_breach(b) for b in breaches)
+    lines = [f"{head}  [truth: {metrics.truth}]", *explain(metrics)]
+    if window is not None:
+        label, index, count = window
+        lines.append(f"(window '{label}', {index + 1} of {count})")
+    if confirmations is not None:
+        moved = [(name, s.bytes) for name, s in metrics.steps.items() if s.bytes]
+        if moved:
+            lines.append("buffers: " + ", ".join(f"{name} {n:,} B ({n / GIB:.4g} GiB)" for name, n in moved))
+        lines.append(f"(confirmed by {confirmations} more measurements)")
+    return "\n  ".join(lines)

@@ -22,6 +22,7 @@ class TestResult:
     record: GpuRecord
     timeline: Timeline | None
     changes: list[Change] = field(default_factory=list)
+    primary: int = 0  # the index of the window it is reported by
 
 
 @dataclass(frozen=True)

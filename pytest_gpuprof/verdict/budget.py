@@ -6,8 +6,8 @@ is a pure function of a ``Budget`` and a ``Metrics``. How a breach reads is ``te
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_gpuprof.analysis import descriptors
@@ -26,14 +26,18 @@ class BudgetError(check.Invalid):
 class _Limits:
     """A frozen set of limits, one per budget key of ``descriptors`` (``None``: not set)."""
 
-    __slots__ = ("_limits",)
+    __slots__ = ("_limits", "own")
     KEYS: Mapping[str, Metric] = {}
+    # the keys the test set itself (a marker, check()): each must be judged or said why not;
+    # the run's own budget applies where it can (a limit on brackets, to tests with some)
+    own: frozenset[str]
 
-    def __init__(self, **limits: Any) -> None:
+    def __init__(self, *, own: Iterable[str] = (), **limits: Any) -> None:
         wrong = sorted(set(limits) - set(self.KEYS))
         if wrong:
             raise TypeError(f"{type(self).__name__}: unknown keys {wrong}; valid keys: {', '.join(self.KEYS)}")
         object.__setattr__(self, "_limits", {k: limits[k] for k in self.KEYS if limits.get(k) is not None})
+        object.__setattr__(self, "own", frozenset(own) & set(self._limits))
 
     def __getattr__(self, key: str) -> Any:
         if key in type(self).KEYS:
@@ -48,7 +52,7 @@ class _Limits:
         return dict(self._limits)
 
     def _key(self) -> tuple[Any, ...]:
-        return (type(self), tuple(self._limits.items()))
+        return (type(self), tuple(self._limits.items()), tuple(sorted(self.own)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Limits) and self._key() == other._key()
@@ -73,8 +77,8 @@ class StepBudget(_Limits):
     KEYS = descriptors.limits("step")
     must_run: bool
 
-    def __init__(self, *, must_run: bool = False, **limits: Any) -> None:
-        super().__init__(**limits)
+    def __init__(self, *, must_run: bool = False, own: Iterable[str] = (), **limits: Any) -> None:
+        super().__init__(own=own, **limits)
         object.__setattr__(self, "must_run", must_run)
 
     def _key(self) -> tuple[Any, ...]:
@@ -84,7 +88,9 @@ class StepBudget(_Limits):
         return {**self._limits, **({"must_run": True} if self.must_run else {})}
 
     def over(self, base: StepBudget) -> StepBudget:
-        return StepBudget(must_run=self.must_run or base.must_run, **{**base.set(), **self.set()})
+        return StepBudget(
+            must_run=self.must_run or base.must_run, own=self.own | base.own, **{**base.set(), **self.set()}
+        )
 
 
 class Budget(_Limits):
@@ -94,8 +100,10 @@ class Budget(_Limits):
     KEYS = descriptors.limits("window")
     steps: Mapping[str, StepBudget]
 
-    def __init__(self, *, steps: Mapping[str, StepBudget] | None = None, **limits: Any) -> None:
-        super().__init__(**limits)
+    def __init__(
+        self, *, steps: Mapping[str, StepBudget] | None = None, own: Iterable[str] = (), **limits: Any
+    ) -> None:
+        super().__init__(own=own, **limits)
         object.__setattr__(self, "steps", dict(steps or {}))
 
     def _key(self) -> tuple[Any, ...]:
@@ -113,7 +121,7 @@ class Budget(_Limits):
         steps = dict(base.steps)
         for name, step in self.steps.items():
             steps[name] = step.over(steps.get(name, StepBudget()))
-        return Budget(steps=steps, **{**base.set(), **self.set()})
+        return Budget(steps=steps, own=self.own | base.own, **{**base.set(), **self.set()})
 
     def limits(self) -> dict[str, Any]:
         out: dict[str, Any] = self.set()
@@ -130,23 +138,24 @@ def _rule(metric: Metric) -> Number:
 _PAGEABLE = ("forbid", "allow")
 
 
-def parse_budget(table: Mapping[str, Any], source: str, *, must_run: bool = False) -> Budget:
+def parse_budget(table: Mapping[str, Any], source: str, *, own: bool = False) -> Budget:
     """A ``Budget`` from a ``[tool.gpuprof.budget]``-shaped mapping; ``source`` names its
-    origin; ``must_run``: its step budgets name steps that must run (a marker's, ``check()``'s)."""
+    origin; ``own``: the test's own budget (a marker's, ``check()``'s), whose step budgets
+    name steps that must run and whose every limit must be judged."""
     if not isinstance(table, Mapping):
         raise BudgetError(f"{source}: the budget must be a table, not {type(table).__name__}")
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key == "steps":
-            values["steps"] = _parse_steps(value, source, must_run)
+            values["steps"] = _parse_steps(value, source, own)
         elif key in Budget.KEYS:
             values[key] = float(check.number(value, key, source, _rule(Budget.KEYS[key]), BudgetError))
         else:
             raise check.unknown(key, source, [*Budget.KEYS, "steps"], "budget key", BudgetError)
-    return Budget(**values)
+    return Budget(own=values if own else (), **values)
 
 
-def _parse_steps(table: Any, source: str, must_run: bool) -> dict[str, StepBudget]:
+def _parse_steps(table: Any, source: str, own: bool) -> dict[str, StepBudget]:
     steps: dict[str, StepBudget] = {}
     for name, step in check.table(table, "steps", source, BudgetError).items():
         where = f"steps.{name}"
@@ -159,7 +168,7 @@ def _parse_steps(table: Any, source: str, must_run: bool) -> dict[str, StepBudge
                 values[key] = check.choice(value, f"{where}.{key}", source, _PAGEABLE, BudgetError)
             else:
                 values[key] = float(check.number(value, f"{where}.{key}", source, _rule(metric), BudgetError))
-        steps[str(name)] = StepBudget(must_run=must_run, **values)
+        steps[str(name)] = StepBudget(must_run=own, own=values if own else (), **values)
     return steps
 
 
@@ -214,52 +223,53 @@ def _breached(prefix: str, limits: _Limits, figures: Any) -> list[Breach]:
 
 def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
     """The limits of ``budget`` that ``metrics`` cannot be judged on, each with the reason:
-    neither kept nor breached, and said so."""
-    out = [f"{key} not measured: {why}" for key, why in _unjudged("", budget, metrics, metrics)]
-    for name, limits in budget.steps.items():
-        step = metrics.steps.get(name)
-        if step is not None:
-            out += [f"{key} not measured: {why}" for key, why in _unjudged(f"steps.{name}.", limits, step, metrics)]
-    return out
+    neither kept nor breached, and said so. A limit of the run's budget on what this
+    window has none of (brackets, copies) does not apply to it (``not_applicable``)."""
+    return [f"{key} not measured: {why}" for key, why, reported in _unjudged(budget, metrics) if reported]
 
 
-def _unjudged(prefix: str, limits: _Limits, figures: Any, metrics: Metrics) -> list[tuple[str, str]]:
+def not_applicable(budget: Budget, metrics: Metrics) -> list[str]:
+    """The keys of the run's budget that this window has nothing to judge by."""
+    return [key for key, _, reported in _unjudged(budget, metrics) if not reported]
+
+
+def _unjudged(budget: Budget, metrics: Metrics) -> list[tuple[str, str, bool]]:
+    owners: list[tuple[str, _Limits, Any]] = [("", budget, metrics)]
+    owners += [(f"steps.{n}.", lim, metrics.steps[n]) for n, lim in budget.steps.items() if n in metrics.steps]
     out = []
-    for key in limits.set():
-        metric = limits.KEYS[key]
-        if getattr(figures, metric.name) is None:
-            why = getattr(metrics, metric.unseen_by) if metric.unseen_by else None
-            out.append((prefix + key, why or metric.unseen))
+    for prefix, limits, figures in owners:
+        for key in limits.set():
+            metric = limits.KEYS[key]
+            if getattr(figures, metric.name) is None:
+                why = getattr(metrics, metric.unseen_by) if metric.unseen_by else None
+                # the source did not see it (reported), or the window has none of it
+                reported = key in limits.own or metric.unseen_by is not None
+                out.append((prefix + key, why or metric.unseen, reported))
     return out
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a budget says of a test's windows: each window's breaches, the first window
-    whose breaches count (not already judged inside its hypothesis example), and the
-    limits that could not be judged, with the reason."""
+    """A budget's judgement of one window: the limits it judged, those the window
+    breached, and those it could not judge, with the reason."""
 
-    breaches: tuple[tuple[Breach, ...], ...]
-    first: int | None
-    unjudged: tuple[str, ...]
+    budget: Budget = field(default_factory=lambda: Budget())
+    breaches: tuple[Breach, ...] = ()
+    unjudged: tuple[str, ...] = ()
 
     @property
     def breached(self) -> bool:
-        return self.first is not None
+        return bool(self.breaches)
+
+
+def judge(budget: Budget, metrics: Metrics) -> Verdict:
+    """The one judgement of a budget on a window: the session's, ``gpuprof.check()``'s,
+    and that of the re-measuring that confirms a breach inside a hypothesis example."""
+    if budget.empty:
+        return Verdict(budget)
+    return Verdict(budget, tuple(evaluate(budget, metrics)), tuple(not_measured(budget, metrics)))
 
 
 def breaches_of(budget: Budget, metrics: Metrics) -> list[Breach]:
-    """``judge`` on one window: its breaches."""
-    return list(judge(budget, [metrics]).breaches[0])
-
-
-def judge(budget: Budget, windows: Sequence[Metrics], settled: Sequence[bool] = ()) -> Verdict:
-    """The one judgement of a budget: used on a test's windows by the session, and on one
-    window by ``gpuprof.check()`` and by the re-measuring that confirms a breach."""
-    if budget.empty:
-        return Verdict(tuple(() for _ in windows), None, ())
-    breaches = tuple(tuple(evaluate(budget, m)) for m in windows)
-    done = list(settled) + [False] * (len(windows) - len(settled))
-    first = next((i for i, (b, s) in enumerate(zip(breaches, done, strict=True)) if b and not s), None)
-    unjudged = tuple(line for m in windows[-1:] for line in not_measured(budget, m))
-    return Verdict(breaches, first, unjudged)
+    """``judge``'s breaches."""
+    return list(judge(budget, metrics).breaches)

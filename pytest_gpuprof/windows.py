@@ -1,0 +1,195 @@
+"""Measured windows: a stretch of host time, the device work inside it, its timeline and
+its metrics (docs/design.md, "The window").
+
+A window is a ``measure()`` round, a ``partitions()`` call, or, when neither is used,
+the test from the start of its first step or region to the end of its last one,
+including the device work they launched.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from pytest_gpuprof.analysis import metrics as metrics_mod
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.metrics import Metrics
+from pytest_gpuprof.analysis.model import Sample
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.spans import SpanRecorder
+from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.capture.gpm import Gpm
+
+
+class Sampler(Protocol):
+    """A source of hardware samples (NVML)."""
+
+    def samples(self, lo: int, hi: int) -> list[Sample]:
+        """The samples taken between ``lo`` and ``hi`` (host clock, ns)."""
+        ...
+
+
+@dataclass
+class Window:
+    """One measured window and its test budget's verdict on it."""
+
+    label: str
+    metrics: Metrics
+    timeline: Timeline | None = None
+    verdict: Verdict = field(default_factory=Verdict)
+    # judged already, inside its hypothesis example (confirmed or cleared by re-measuring)
+    settled: bool = False
+
+
+class WindowCollector:
+    """Drains the backend, cuts windows out of what the test recorded, and keeps them."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        spans: SpanRecorder,
+        *,
+        sampler: Sampler | None = None,
+        pinned_gbps: Callable[[], float] | None = None,
+        gpm: Gpm | None = None,
+    ) -> None:
+        self.backend = backend
+        self.spans = spans
+        self.sampler = sampler
+        # the device's calibrated pinned copy rate, for what-if predictions of pageable steps
+        self.pinned_gbps = pinned_gbps
+        self.gpm = gpm  # NVML GPM, sampled at each window's edges
+        self.windows: list[Window] = []
+        self._lock = threading.Lock()
+        self._device: list[DeviceWork] = []  # drained, not yet joined
+        self._notes: list[str] = []
+        self._measuring = 0
+
+    @property
+    def measuring(self) -> bool:
+        return self._measuring > 0
+
+    @contextmanager
+    def window(self, label: str) -> Iterator[list[Window]]:
+        """Measure the body as one window; the yielded list holds it once the body ends.
+
+        Python's cyclic garbage collector is paused inside the window, as ``timeit`` does:
+        a collection stops every thread for as long as it walks all live objects (among
+        them the timelines already measured), and the device then idles for a reason
+        that is neither the workload's nor repeatable.
+        """
+        out: list[Window] = []
+        self.collect()
+        self._measuring += 1
+        collecting = gc.isenabled()
+        gc.disable()
+        edge = self.gpm.edge() if self.gpm is not None else None
+        start = self.backend.clock.now()
+        measured = False  # the body ended, or raised an error: the window is kept either way
+        try:
+            try:
+                yield out
+            except Exception:
+                measured = True
+                raise
+            measured = True
+        finally:
+            try:
+                if measured:
+                    self.backend.synchronize()
+            finally:
+                self._measuring -= 1
+                end = self.backend.clock.now()
+                if collecting:
+                    gc.enable()
+                gpm = self.gpm.since(edge) if self.gpm is not None else None
+            if measured:  # not on Ctrl-C: the interrupted test is not measured
+                timeline = self.timeline(start, end, gpm)
+                out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
+                if not self.measuring:
+                    self.reset()
+
+    @contextmanager
+    def unmeasured(self) -> Iterator[None]:
+        self._measuring += 1
+        try:
+            yield
+        finally:
+            self._measuring -= 1
+            if not self.measuring:
+                self.reset()
+
+    def reset(self) -> None:
+        """Forget spans, device work and notes already accounted for in a window."""
+        self.collect()
+        with self._lock:
+            self.spans.clear()
+            self._device.clear()
+            self._notes.clear()
+
+    def keep(self, window: Window, budget: Budget) -> Metrics:
+        """Judge ``window`` on the test's budget and keep it."""
+        window.verdict = judge(budget, window.metrics)
+        self.windows.append(window)
+        return window.metrics
+
+    def collect(self) -> None:
+        device, notes = self.backend.drain()
+        with self._lock:
+            if len(device):
+                self._device.append(device)
+            self._notes.extend(n for n in notes if n not in self._notes)
+
+    def _joined(self) -> DeviceWork:
+        """Every drain's rows as one ``DeviceWork`` (kept joined; the lock is held)."""
+        joined = DeviceWork.join(self._device)
+        self._device[:] = [joined] if len(joined) else []
+        return joined
+
+    def timeline(self, start: int, end: int, gpm: dict[str, float] | None = None) -> Timeline:
+        self.collect()
+        with self._lock:
+            steps = tuple(s for s in (*self.spans.steps, *self.spans.open_at(end)) if s.end >= start and s.start <= end)
+            regions = tuple(r for r in self.spans.regions if r.end >= start and r.start <= end)
+            every = self._joined()
+            rows = every.rows
+            device = every.where((rows["end"] > start) & (rows["start"] < end))
+            notes = tuple(self._notes)
+        return Timeline(
+            start,
+            end,
+            self.backend.truth,
+            steps,
+            regions,
+            device,
+            tuple(self.sampler.samples(start, end)) if self.sampler is not None else (),
+            notes,
+            self.backend.sm_limits(),
+            gpm,
+        )
+
+    def whole_test(self) -> Window | None:
+        """The test as one window, from its first step or region to its last and its device work."""
+        self.backend.synchronize()
+        self.collect()
+        now = self.backend.clock.now()
+        with self._lock:
+            spans = [*self.spans.steps, *self.spans.regions, *self.spans.open_at(now)]
+            if not spans:
+                return None
+            start = min(s.start for s in spans)
+            end = max(s.end for s in spans)
+            rows = self._joined().rows
+            launched = np.isin(rows["span_id"], [s.span_id for s in spans])
+            tail = rows["end"][launched | ((rows["start"] >= start) & (rows["start"] < end))]
+        timeline = self.timeline(start, max(end, int(tail.max(initial=end))))
+        return Window("test", metrics_mod.compute(timeline, self.pinned_gbps), timeline)
