@@ -17,6 +17,7 @@ import pytest
 
 from pytest_gpuprof.config import Settings
 from pytest_gpuprof.output.views import TestView
+from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
 
 
 class Outputs:
@@ -81,6 +82,11 @@ class Outputs:
             tr.write_line(f"compared with baseline {compared_with}:")
             for line in compare:
                 tr.write_line(f"  {line}")
+        if self.settings.compare is not None and not self.settings.compare_fail:
+            tr.write_line(
+                "gpuprof: nothing gates on these changes: give --gpu-compare-fail=EXPR (for example "
+                f"--gpu-compare-fail={DEFAULT_THRESHOLDS}) to fail a test that clearly regressed"
+            )
         sharing = self._sharing_note(views)
         if sharing:
             tr.write_line(sharing)

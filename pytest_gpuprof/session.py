@@ -162,6 +162,12 @@ class GpuSession:
         profiler = item.stash.get(PROFILER, None)
         if profiler is None:
             return
+        refused = list(getattr(self.backend.clock, "refused", ()))
+        if refused:  # a thread the virtual clock cannot follow: the test is refused, not measured
+            self.backend.clock.refused.clear()  # type: ignore[attr-defined]
+            if not raised:
+                pytest.fail("\n".join(refused), pytrace=False)
+            return
         result = self.record(item.nodeid, profiler)
         if result is None:
             return

@@ -115,6 +115,10 @@ class RealClock:
         return None
 
 
+class VirtualClockError(RuntimeError):
+    """A thread the virtual clock cannot follow tried to use it."""
+
+
 class _Waiter:
     __slots__ = ("cancelled", "counted", "ready")
 
@@ -141,9 +145,29 @@ class VirtualClock:
         self._sleepers: list[tuple[int, int, _Waiter]] = []
         self._order = itertools.count()
         self._local = threading.local()
+        # what threads the clock cannot follow tried to do, for the test's verdict
+        self.refused: list[str] = []
 
     def now(self) -> int:
         return self._now
+
+    def _refuse(self) -> None:
+        """A thread the clock did not start (the test's own ``threading.Thread``) would
+        wait on it.
+
+        Virtual time moves when every thread taking part is blocked on the clock; a thread
+        it does not know of waits while the test's thread is in a plain ``join``, which the
+        clock cannot see: time would stop for good. So the wait is refused at once, with
+        what to do instead (reading the time and launching work do not wait)."""
+        name = threading.current_thread().name
+        message = (
+            f"thread {name!r}, which the test started, used the host backend on its virtual clock "
+            '(--gpu-host-clock=virtual, or host_clock = "virtual" in [tool.gpuprof]): virtual time follows '
+            "only the threads the plugin starts. Run this test on the real clock: --gpu-host-clock=real"
+        )
+        if message not in self.refused:
+            self.refused.append(message)
+        raise VirtualClockError(message)
 
     def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
         with self._guard():
@@ -200,6 +224,9 @@ class VirtualClock:
     # under self._guard()
     def _block(self, waiter: _Waiter) -> None:
         waiter.counted = getattr(self._local, "participant", False)
+        if not waiter.counted:
+            waiter.cancelled = True  # nobody waits here: a wake goes to the next in line
+            self._refuse()
         if waiter.counted:
             self._running -= 1
             self._advance()
