@@ -11,3 +11,13 @@ def virtual_clock(request, monkeypatch):
         monkeypatch.setenv(
             "PYTEST_ADDOPTS", "--gpu-host-clock=virtual -W default::pytest_gpuprof.session.GpuBudgetWarning"
         )
+
+
+# ``--hypothesis-profile=thorough``: every property test with far more examples, to run
+# once in a while (docs/design.md, "Testing"); the suite's own runs keep hypothesis's default
+try:
+    from hypothesis import settings as _settings
+except ImportError:  # pragma: no cover - the test extra installs it
+    pass
+else:
+    _settings.register_profile("thorough", max_examples=20_000, deadline=None)

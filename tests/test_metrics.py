@@ -118,20 +118,22 @@ def both_paths(request):
 
 # property: attribution against a brute-force reference on a grid
 def spans_of(draws):
-    """Steps as context managers make them: on each thread, opened and closed in LIFO order."""
-    spans, stacks, clock = [], defaultdict(list), 0
+    """Steps as context managers make them: on each thread, opened and closed in LIFO order,
+    each given its id when it opens, as ``gpuprof.step`` does."""
+    spans, stacks, clock, opened = [], defaultdict(list), 0, 0
     for thread, opens, gap, name in draws:
         clock += gap
         stack = stacks[thread]
         if opens or not stack:
-            stack.append((name, clock))
+            opened += 1
+            stack.append((name, clock, opened))
             continue
-        name, start = stack.pop()
-        spans.append(Span(name, thread, start, clock, len(stack), span_id=len(spans) + 1))
+        name, start, span_id = stack.pop()
+        spans.append(Span(name, thread, start, clock, len(stack), span_id=span_id))
     for thread, stack in stacks.items():
         while stack:
-            name, start = stack.pop()
-            spans.append(Span(name, thread, start, clock, len(stack), span_id=len(spans) + 1))
+            name, start, span_id = stack.pop()
+            spans.append(Span(name, thread, start, clock, len(stack), span_id=span_id))
     return spans
 
 
@@ -179,7 +181,7 @@ def brute_force(timeline):
             unattributed += 1
             continue
         for lane in lanes.values():
-            inner = max(lane, key=lambda s: (s.depth, s.start, s.name))
+            inner = max(lane, key=lambda s: (s.depth, s.start, s.span_id))
             charged[inner.name] += 1 / len(lanes)
     return kernel_time, dict(charged), unattributed
 
@@ -237,7 +239,8 @@ def test_work_belongs_to_the_innermost_step_open_on_its_thread_when_issued(steps
     expected = []
     for thread, t in calls:
         open_then = [s for s in steps if s.thread == thread and s.start <= t <= s.end]
-        expected.append(max(open_then, key=lambda s: (s.depth, s.start)).span_id if open_then else None)
+        # the rule for ties: the innermost, then the latest opened (span ids grow as steps open)
+        expected.append(max(open_then, key=lambda s: (s.depth, s.start, s.span_id)).span_id if open_then else None)
     assert attribution.issuers(steps, device) == expected
 
 

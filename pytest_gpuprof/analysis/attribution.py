@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -63,7 +63,7 @@ def issuer_ids(steps: Sequence[Span], device: DeviceWork) -> np.ndarray:
 def _innermost(spans: Sequence[Span], times: np.ndarray) -> np.ndarray:
     """For each time, the ``span_id`` of the innermost of the nested ``spans`` open then
     (``start <= time <= end``), or ``NO_SPAN``."""
-    ordered = sorted(spans, key=lambda s: (s.start, -s.end, s.depth))
+    ordered = sorted(spans, key=_opening_order)
     starts = np.array([s.start for s in ordered], dtype=np.int64)
     ends = np.array([s.end for s in ordered], dtype=np.int64)
     parent = np.full(len(ordered), -1, dtype=np.int64)
@@ -98,6 +98,46 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
         return {int(found[0]): device}
     groups = np.split(order, first[1:])
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
+
+
+def enclosing(steps: Sequence[Span]) -> dict[int, frozenset[str]]:
+    """For each step (by ``span_id``), the names of the steps it is nested in on its thread."""
+    out: dict[int, frozenset[str]] = {}
+    by_thread: dict[int, list[Span]] = defaultdict(list)
+    for span in steps:
+        by_thread[span.thread].append(span)
+    for spans in by_thread.values():
+        stack: list[Span] = []
+        for span in sorted(spans, key=lambda s: (s.start, -s.end, s.depth)):
+            while stack and not (
+                stack[-1].depth < span.depth and stack[-1].start <= span.start and span.end <= stack[-1].end
+            ):
+                stack.pop()
+            out[span.span_id] = frozenset(s.name for s in stack)
+            stack.append(span)
+    return out
+
+
+def inclusive_idle(
+    steps: Sequence[Span],
+    idle: Sequence[iv.Interval] | np.ndarray,
+    work: Mapping[int, iv.Intervals],
+    charged: Mapping[str, float],
+) -> dict[str, float]:
+    """The idle charged to each step name or to the steps nested inside it (``work``: each
+    step's copies and memsets, by ``span_id``). A step with nothing nested keeps its own
+    charge (``charged``); an outer one is charged again with its inner steps as part of it."""
+    outer = enclosing(steps)
+    out = dict(charged)
+    for name in sorted({n for names in outer.values() for n in names}):
+        as_one = [replace(s, name=name) if name in outer.get(s.span_id, ()) else s for s in steps]
+        names = {s.span_id: s.name for s in as_one}
+        transfers: dict[str, list[iv.Interval]] = defaultdict(list)
+        for span_id, spans in work.items():
+            if span_id in names:
+                transfers[names[span_id]].extend(map(tuple, np.asarray(spans).reshape(-1, 2).tolist()))
+        out[name] = attribute_idle(as_one, idle, transfers)[0].get(name, 0.0)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +275,17 @@ def _segments(
     return ordered, names, [b - a for a, b in itertools.pairwise(before)]
 
 
-def _depth_first(span: Span) -> tuple[int, int, str]:
-    """The innermost of a thread's active steps: the deepest, then the latest opened."""
-    return (span.depth, span.start, span.name)
+def _depth_first(span: Span) -> tuple[int, int, int]:
+    """The innermost of a thread's active steps: the deepest, then the latest opened (at
+    one instant, the one opened last: span ids grow as steps open)."""
+    return (span.depth, span.start, span.span_id)
+
+
+def _opening_order(span: Span) -> tuple[int, int, int]:
+    """A thread's steps in the order they opened: an enclosing step before those inside
+    it, and of two siblings opened at one instant, the one opened first (the lower span
+    id). So the last step opened by a time is the innermost open then, or inside it."""
+    return (span.start, span.depth, span.span_id)
 
 
 def _idle_before(idle: Sequence[iv.Interval] | np.ndarray, points: Sequence[int]) -> list[int]:

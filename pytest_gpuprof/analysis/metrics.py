@@ -159,7 +159,14 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         unattributed_ms=unattributed / NS_PER_MS,
         kernels=launched,
         truth=timeline.truth,
-        steps=step_metrics(timeline.steps, seen.work, charged, window, timeline.sm if reason is None else None),
+        steps=step_metrics(
+            timeline.steps,
+            seen.work,
+            charged,
+            window,
+            timeline.sm if reason is None else None,
+            attribution.inclusive_idle(timeline.steps, seen.idle, _moves(seen), charged),
+        ),
         nvml=nvml_metrics(timeline.samples, window),
         notes=(
             *timeline.notes,
@@ -204,10 +211,15 @@ def _transfers(seen: whatif.Window) -> dict[str, np.ndarray]:
     """The copies and memsets of each step, by name: what idle is charged to device first."""
     names = {s.span_id: s.name for s in seen.steps}
     transfers: dict[str, list[np.ndarray]] = defaultdict(list)
-    for span_id, done in seen.work.items():
+    for span_id, spans in _moves(seen).items():
         if span_id in names:  # tagged by a step outside the window: its work is nobody's here
-            transfers[names[span_id]].append(done.where(~done.of_kind("kernel")).spans())
+            transfers[names[span_id]].append(spans)
     return {name: np.concatenate(spans) for name, spans in transfers.items()}
+
+
+def _moves(seen: whatif.Window) -> dict[int, np.ndarray]:
+    """The copies and memsets of each step, by ``span_id``."""
+    return {span_id: done.where(~done.of_kind("kernel")).spans() for span_id, done in seen.work.items()}
 
 
 def idle_stretches(timeline: Timeline) -> list[attribution.Stretch]:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis import sm_metrics
+from pytest_gpuprof.analysis.attribution import enclosing
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import NS_PER_MS, Span
 from pytest_gpuprof.analysis.occupancy import SmLimits
@@ -26,6 +27,9 @@ class StepMetrics:
     gbps: float | None
     pageable: bool
     sm_utilization: float | None = None
+    # the idle charged to the step and to the steps nested in it (what its budget judges);
+    # ``idle_ms`` is its own share, and the shares of all steps add up to ``overhead_ms``
+    idle_ms_inclusive: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -37,9 +41,12 @@ def step_metrics(
     charged: Mapping[str, float] | None,
     window: iv.Interval,
     sm: SmLimits | None = None,
+    inclusive: Mapping[str, float] | None = None,
 ) -> dict[str, StepMetrics]:
-    """Each step's figures; its bytes, bandwidth and memory kind from the copies it issued
-    (``bytes=`` where it declared them and no copy of it was seen)."""
+    """Each step's figures; its bytes, bandwidth and memory kind from the copies it and
+    the steps nested in it issued (``bytes=`` where it declared them and no copy of it was
+    seen); ``inclusive``: the idle charged to each step with those nested in it."""
+    outer = enclosing(steps)
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in steps:
         if iv.clip([(span.start, span.end)], window) or span.start == span.end or span.span_id in work:
@@ -49,7 +56,8 @@ def step_metrics(
         every = by_name[name]
         spans = _outermost(every)
         durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
-        done = DeviceWork.join(work[sp.span_id] for sp in every if sp.span_id in work)
+        issuers = {sp.span_id for sp in every} | {i for i, names in outer.items() if name in names}
+        done = DeviceWork.join(work[i] for i in sorted(issuers) if i in work)
         copies = done.where(done.of_kind("memcpy"))
         declared = [sp.bytes for sp in spans if sp.bytes is not None]
         copied = int(copies.rows["bytes"].sum())
@@ -71,6 +79,7 @@ def step_metrics(
             host_ms=host_ns / NS_PER_MS,
             host_ms_max=max(durations, default=0) / NS_PER_MS,
             idle_ms=None if charged is None else charged.get(name, 0.0) / NS_PER_MS,
+            idle_ms_inclusive=None if inclusive is None else inclusive.get(name, 0.0) / NS_PER_MS,
             bytes=nbytes,
             gbps=gbps,
             pageable=any(sp.pageable for sp in spans) or bool(copies.rows["pageable"].any()),
