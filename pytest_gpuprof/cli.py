@@ -3,6 +3,9 @@
 gpuprof show REPORT
 gpuprof compare BASE NEW [--fail EXPR[,EXPR...]]   exit 1 on a clear regression
 gpuprof merge A B ... -o OUT
+
+Exit codes: 0 done, 1 a clear regression (compare), 2 a report or argument that cannot
+be used (the message names it).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.output.files import write_json
 from pytest_gpuprof.output.storage import BaselineError, load
 from pytest_gpuprof.output.text import pct
@@ -31,6 +35,10 @@ def show(report: dict[str, Any]) -> list[str]:
         f"machine {m.get('id')}: {m.get('gpu')}, driver {m.get('driver')}, PCIe {m.get('pcie')}, "
         f"backend {m.get('backend')}, truth {m.get('truth')}; created {report.get('created')}"
     ]
+    if report.get("partial"):
+        lines.append(f"partial: the run {report['partial']}")
+    if report.get("note"):
+        lines.append(f"note: {report['note']}")
     for t in report["tests"]:
         metrics = t.get("metrics", {})
         breaches = t.get("budget", {}).get("breaches", [])
@@ -56,6 +64,10 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
             lines.append(f"{test['nodeid']}: new")
             continue
         changes = compare_tests(thresholds, old, test)
+        absent = [c.threshold.text for c in changes if c.baseline is None and c.current is None]
+        if absent:
+            lines.append(f"{test['nodeid']}: {', '.join(absent)}: no such metric in either report")
+            changes = [c for c in changes if c.baseline is not None or c.current is not None]
         lines += change_lines(test["nodeid"], changes)
         regressed |= any(c.finding == "regression" for c in changes)
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
@@ -72,7 +84,19 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for r in reports:
         for t in r["tests"]:
             tests[t["nodeid"]] = t
-    return {**reports[-1], "tests": list(tests.values())}
+    merged = {k: v for k, v in reports[-1].items() if k not in ("partial", "note")}
+    partial = [f"{r['partial']} ({i + 1} of {len(reports)})" for i, r in enumerate(reports) if r.get("partial")]
+    if partial:  # any input's run that did not finish makes the merge partial
+        merged["partial"] = "; ".join(partial)
+    return {**merged, "tests": list(tests.values())}
+
+
+def _output(path: Path) -> None:
+    """Where ``merge -o`` writes: a file in a folder that exists."""
+    if path.is_dir():
+        raise BaselineError(f"-o {path}: is a folder; give a file path")
+    if not path.parent.is_dir():
+        raise BaselineError(f"-o {path}: the folder {path.parent} does not exist")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,20 +105,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuprof", description="read, compare and merge pytest-gpuprof reports")
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    p_show = commands.add_parser("show", help="print a report")
-    p_show.add_argument("report", type=Path)
-    p_compare = commands.add_parser("compare", help="compare NEW with BASE; exit 1 on a clear regression")
-    p_compare.add_argument("base", type=Path)
-    p_compare.add_argument("new", type=Path)
+    p_show = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
+    p_show.add_argument("report", type=Path, help="a JSON report (--gpu-report) or a stored baseline")
+    p_compare = commands.add_parser(
+        "compare",
+        help="compare NEW with BASE; exit 1 on a clear regression",
+        description="compare each test of NEW with the same test of BASE, metric by metric; exit 1 when one "
+        "regressed beyond its threshold and clearly over the rounds (one-sided Mann-Whitney, p < 0.05)",
+    )
+    p_compare.add_argument("base", type=Path, help="the baseline report")
+    p_compare.add_argument("new", type=Path, help="the report to judge")
     p_compare.add_argument(
         "--fail",
         default=DEFAULT_THRESHOLDS,
         metavar="EXPR[,EXPR...]",
-        help=f"default {DEFAULT_THRESHOLDS.replace('%', '%%')}",
+        help="METRIC:+N%% | METRIC:-N%% | METRIC:+Npt | METRIC:-Npt | METRIC:+Nms | METRIC:-Nms, comma-separated; "
+        "the sign is the direction that is worse, pt (percentage points) for fractions only; METRIC is "
+        f"{descriptors.grammar()}; default {DEFAULT_THRESHOLDS.replace('%', '%%')}",
     )
-    p_merge = commands.add_parser("merge", help="merge reports of one machine")
-    p_merge.add_argument("reports", type=Path, nargs="+")
-    p_merge.add_argument("-o", "--output", type=Path, required=True)
+    p_merge = commands.add_parser(
+        "merge", help="merge reports of one machine", description="merge reports of one machine into one"
+    )
+    p_merge.add_argument("reports", type=Path, nargs="+", help="reports; a test in several keeps the last one's")
+    p_merge.add_argument("-o", "--output", type=Path, required=True, help="the merged report (a file)")
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
@@ -104,7 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines, regressed = compare(load(args.base), load(args.new), args.fail)
             print("\n".join(lines))
             return 1 if regressed else 0
-        write_json(args.output, merge([load(p) for p in args.reports]))
+        _output(args.output)
+        merged = merge([load(p) for p in args.reports])
+        try:
+            write_json(args.output, merged)
+        except OSError as e:
+            raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
         print(f"merged {len(args.reports)} reports into {args.output}")
         return 0
     except (BaselineError, CompareError) as e:

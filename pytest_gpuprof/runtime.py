@@ -42,11 +42,16 @@ class DeviceRuntime:
             from pytest_gpuprof.capture import backends
 
             try:
-                name, reason = backends.select(self.settings.backend, 0)
+                # the device asked for is the one probed (and named in the header); under
+                # --gpu-devices, any device tells whether CUDA is here, then this worker's is
+                probed = self.settings.device if self.settings.devices is None else 0
+                name, reason = backends.select(self.settings.backend, probed)
                 count = backends.cuda_device_count() if name == "cuda" else None
                 self.settings = replace(self.settings, device=self._pick_device(count))
                 if count is not None and self.settings.device >= count:
                     raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
+                if name == "cuda" and self.settings.device != probed:
+                    name, reason = backends.select(self.settings.backend, self.settings.device)
             except RuntimeError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
             self._selected = name, reason

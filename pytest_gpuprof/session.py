@@ -263,6 +263,13 @@ class GpuSession:
             self.gate.load(self.runtime.machine())
 
     # the end of the run
+    def _views(self) -> dict[str, TestView]:
+        """Every measured test once: in run order, or by test id where xdist workers
+        report them in whatever order they finish."""
+        if getattr(self.config.option, "dist", "no") != "no":
+            return dict(sorted(self.views.items()))
+        return self.views
+
     def summary(self, terminalreporter: Any) -> None:
         if self.runtime.is_worker:
             return
@@ -271,7 +278,7 @@ class GpuSession:
         late = self.runtime.backend_started and not self.settings.configured
         self.outputs.summary(
             terminalreporter,
-            self.views,
+            self._views(),
             self.crashed,
             title=f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.backend_name})",
             header=self.header() if late else [],
@@ -281,7 +288,7 @@ class GpuSession:
     def write_outputs(self, partial: str | None) -> bool:
         if self.runtime.is_worker:
             return True
-        return self.outputs.write(self.views, self.crashed, self.runtime.machine, partial)
+        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial)
 
     def close(self) -> None:
         self.runtime.close()

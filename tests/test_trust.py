@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import pytest
+
 UPLOAD_TEST = """
 import pytest
 
@@ -281,3 +283,85 @@ def test_the_virtual_clock_refuses_a_thread_the_test_starts_at_once_saying_what_
             "*thread 'Thread-*', which the test started, used the host backend on its virtual clock*--gpu-host-clock=real*"
         ]
     )
+
+
+# the smaller ones
+def test_a_baseline_named_like_a_file_is_refused_with_the_name_to_use(pytester):
+    pytester.makepyfile(UPLOAD_TEST.format(marker=""))
+    result = pytester.runpytest("--gpu-save=v1.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-save='v1.json': give the baseline a name, not a file name: --gpu-save=v1*"])
+
+
+def _report(tmp_path, name, **extra):
+    from tests.test_compare import report
+
+    path = tmp_path / name
+    data = report(tests=[{"nodeid": "t::a", "outcome": "passed", "metrics": {"wall_ms": 1.0}}])
+    path.write_text(json.dumps({**data, **extra}))
+    return path
+
+
+def test_merge_refuses_a_folder_or_a_missing_folder_and_keeps_any_partial_run(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    done = _report(tmp_path, "done.json")
+    cut = _report(tmp_path, "cut.json", partial="was interrupted")
+    assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path)]) == 2
+    assert "is a folder; give a file path" in capsys.readouterr().err
+    assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path / "missing" / "m.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "missing").exists()
+    merged = tmp_path / "m.json"
+    assert cli.main(["merge", str(cut), str(done), "-o", str(merged)]) == 0
+    assert json.loads(merged.read_text())["partial"] == "was interrupted (1 of 2)"
+    capsys.readouterr()
+    assert cli.main(["show", str(merged)]) == 0
+    assert "partial: the run was interrupted (1 of 2)" in capsys.readouterr().out
+
+
+def test_compare_names_a_metric_in_neither_report_as_such(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    a, b = _report(tmp_path, "a.json"), _report(tmp_path, "b.json")
+    assert cli.main(["compare", str(a), str(b), "--fail", "steps.uplod.host_ms:+5%"]) == 0
+    out = capsys.readouterr().out
+    assert "steps.uplod.host_ms:+5%: no such metric in either report" in out and "not in baseline" not in out
+
+
+@pytest.mark.parametrize(("command", "words"), [("show", "JSON report"), ("compare", "METRIC:+N%"), ("merge", "file")])
+def test_each_command_describes_its_arguments(command, words, capsys):
+    from pytest_gpuprof import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    assert words in capsys.readouterr().out
+
+
+def test_a_window_without_kernels_predicts_nothing():
+    from pytest_gpuprof.analysis import metrics
+    from pytest_gpuprof.analysis.model import DeviceInterval, Span
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    ms = 1_000_000
+    steps = (Span("upload", 1, 0, 10 * ms, span_id=1),)
+    copy = DeviceInterval("memcpy", 0, 10 * ms, bytes=1 << 20, span_id=1)
+    timeline = Timeline(0, 10 * ms, "host", steps, (), (copy,))
+    assert metrics.compute(timeline).what_if == {}
+    assert metrics.what_if(timeline, "overlap:upload") is None
+
+
+def test_the_xdist_summary_is_in_test_order(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("ms", [9, 1, 5, 3])
+        def test_k(gpu_workload, ms):
+            gpu_workload.compute(ms=ms)
+        """
+    )
+    result = pytester.runpytest("-n", "2")
+    result.assert_outcomes(passed=4)
+    rows = [line.split()[0] for line in result.stdout.lines if line.startswith("test_the_xdist_summary")]
+    assert rows == sorted(rows) and len(rows) == 4

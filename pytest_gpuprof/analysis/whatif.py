@@ -64,7 +64,10 @@ class Window:
 
 def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
     """The scenarios worth computing: ``overlap`` for each step that holds kernel-idle and
-    moved data on the device, ``pinned`` for those of them that read pageable memory."""
+    moved data on the device, ``pinned`` for those of them that read pageable memory;
+    none for a window without kernels, whose utilization no redesign changes."""
+    if window.kernel_ns <= 0:
+        return []
     names = {s.span_id: s.name for s in window.steps}
     moving: dict[str, bool] = {}
     for span_id, done in window.work.items():
@@ -77,10 +80,12 @@ def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
 
 def predict(window: Window, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
     """The scenario's prediction, or ``None`` where it does not apply (no such step, no
-    work of it, no pinned rate known)."""
+    work of it, no pinned rate known, no kernels in the window)."""
     match = SCENARIO.match(scenario)
     if match is None:
         raise ValueError(f"what-if scenario {scenario!r}: expected overlap:STEP, pinned:STEP or faster:STEP:F")
+    if window.kernel_ns <= 0:
+        return None
     if match["faster"] is not None:
         return _faster(window, match["faster"], float(match["factor"]))
     units = _units(window, match["step"])

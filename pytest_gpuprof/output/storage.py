@@ -24,7 +24,13 @@ class BaselineError(ValueError):
 
 
 def check_name(name: str) -> None:
-    """A baseline name: part of a file name, so letters, digits, '.', '_' and '-', 1 to 64 of them."""
+    """A baseline name: part of a file name, so letters, digits, '.', '_' and '-', 1 to 64
+    of them, not ending in '.json' (``--gpu-compare`` reads such a value as a file's path)."""
+    if name.endswith(".json"):
+        raise BaselineError(
+            f"--gpu-save={name!r}: give the baseline a name, not a file name: --gpu-save={name[:-5] or 'main'} "
+            f"is stored as NNNN_{name[:-5] or 'main'}.json, and --gpu-compare reads a value ending in .json as a path"
+        )
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name) or name in (".", "..") or name == "latest":
         raise BaselineError(
             f"--gpu-save={name!r}: a baseline name is 1 to 64 letters, digits, '.', '_' or '-' "
