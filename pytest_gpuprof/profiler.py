@@ -74,6 +74,11 @@ class Profiler:
     def measuring(self) -> bool:
         return self.collector.measuring
 
+    @property
+    def gpm(self) -> Gpm | None:
+        """NVML GPM, sampled at each window's edges (``None`` where the GPU has none)."""
+        return self.collector.gpm
+
     # the fixture's life
     def end(self) -> None:
         """The test is over: any later use is a mistake, and says whose profiler it was."""
