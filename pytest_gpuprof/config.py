@@ -32,6 +32,69 @@ HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
 _CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKENDS, "host_clock": HOST_CLOCKS}
 
 
+def _options() -> list[tuple[str, dict[str, Any]]]:
+    """Every command-line option: its flag and its argparse settings."""
+    options: list[tuple[str, dict[str, Any]]] = []
+
+    def add(flag: str, **kwargs: Any) -> None:
+        options.append((flag, kwargs))
+
+    add("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
+    add(
+        "--gpu-budget-file",
+        default=None,
+        metavar="FILE",
+        help="a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
+    )
+    add("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
+    add(
+        "--gpu-host-clock",
+        choices=HOST_CLOCKS,
+        default=None,
+        help="host backend: real time (default), or virtual time in which kernels and copies take exactly "
+        "what they ask and host code takes none (deterministic tests)",
+    )
+    add("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
+    add(
+        "--gpu-devices",
+        default=None,
+        metavar="all|N,M,...",
+        help="under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
+    )
+    add("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
+    add("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
+    add("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
+    add("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
+    add("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
+    add("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
+    add(
+        "--gpu-compare",
+        default=None,
+        metavar="latest|NAME|PATH",
+        help="compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
+    )
+    add(
+        "--gpu-compare-fail",
+        action="append",
+        default=None,
+        metavar="EXPR[,EXPR...]",
+        help="fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%%",
+    )
+    add("--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id")
+    add("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
+    add("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
+    add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
+    add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
+    return options
+
+
+OPTIONS = _options()
+
+
+def _default(kwargs: Mapping[str, Any]) -> Any:
+    return kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
+
+
 class ConfigError(check.Invalid):
     """A setting that cannot be used, with its key and source in the message."""
 
@@ -64,7 +127,7 @@ class Settings:
     configured: bool = False
 
     @classmethod
-    def from_pytest_config(cls, config: pytest.Config, defaults: Mapping[str, Any]) -> Settings:
+    def from_pytest_config(cls, config: pytest.Config) -> Settings:
         """Every setting, validated before any test runs: a mistake is a usage error naming
         the option or key, the value and what would be valid."""
         opt = config.getoption
@@ -114,7 +177,7 @@ class Settings:
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         compare = opt("--gpu-compare")
         # the host clock alone starts nothing: it says how to run once something starts
-        given = any(opt(flag) != default for flag, default in defaults.items() if flag != "--gpu-host-clock")
+        given = any(opt(flag) != _default(kwargs) for flag, kwargs in OPTIONS if flag != "--gpu-host-clock")
         return cls(
             backend=pick("--gpu-backend", "backend", "auto"),
             host_clock=pick("--gpu-host-clock", "host_clock", "real"),

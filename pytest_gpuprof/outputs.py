@@ -120,6 +120,8 @@ class Outputs:
         from pytest_gpuprof.output.files import write_atomic, write_json
         from pytest_gpuprof.output.report import build_report, markdown_summary
 
+        if not (views or crashed or s.configured):
+            return True  # only the step summary asked for, and nothing measured: nothing to start for it
         tests, merged = self.merged(views, crashed, machine)
         report = build_report(tests, merged)
         if partial:

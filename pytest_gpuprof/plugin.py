@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_gpuprof.config import BACKENDS, HOST_CLOCKS, ConfigError, Settings
+from pytest_gpuprof.config import OPTIONS, ConfigError, Settings
 from pytest_gpuprof.session import BUDGET, PROFILER, WHOLE_CALL, GpuBudgetWarning, GpuSession
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 
@@ -46,64 +46,10 @@ def _allow_across_examples(item: pytest.Item) -> None:
     function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
 
-# each option's default, by flag: a run that sets none of them (and has no [tool.gpuprof]
-# table) starts nothing until a test asks (read through config.getoption)
-DEFAULTS: dict[str, Any] = {}
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
-
-    def add(flag: str, **kwargs: Any) -> None:
+    for flag, kwargs in OPTIONS:
         group.addoption(flag, **kwargs)
-        DEFAULTS[flag] = kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
-
-    add("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
-    add(
-        "--gpu-budget-file",
-        default=None,
-        metavar="FILE",
-        help="a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
-    )
-    add("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
-    add(
-        "--gpu-host-clock",
-        choices=HOST_CLOCKS,
-        default=None,
-        help="host backend: real time (default), or virtual time in which kernels and copies take exactly "
-        "what they ask and host code takes none (deterministic tests)",
-    )
-    add("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
-    add(
-        "--gpu-devices",
-        default=None,
-        metavar="all|N,M,...",
-        help="under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
-    )
-    add("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
-    add("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
-    add("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
-    add("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
-    add("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
-    add("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
-    add(
-        "--gpu-compare",
-        default=None,
-        metavar="latest|NAME|PATH",
-        help="compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
-    )
-    add(
-        "--gpu-compare-fail",
-        action="append",
-        default=None,
-        metavar="EXPR[,EXPR...]",
-        help="fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%%",
-    )
-    add("--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id")
-    add("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
-    add("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
-    add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
-    add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -115,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")
     try:
-        settings = Settings.from_pytest_config(config, DEFAULTS)
+        settings = Settings.from_pytest_config(config)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
     if config.getoption("hypothesis_profile", None) == "gpuprof":
@@ -125,8 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
         register_profile()
     session = GpuSession(config, settings)
     config.stash[SESSION] = session
-    if settings.configured or getattr(config.option, "dist", "no") != "no":
-        session.register()  # else when a test starts it: a suite that never does runs none of its hooks
+    session.register()  # its hooks start nothing: a suite that never measures pays for none
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -160,7 +105,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ):
             # a budget on a test that uses no fixture: its whole call is the window
             item.stash[WHOLE_CALL] = True
-            session.register()
         if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 

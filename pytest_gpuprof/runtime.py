@@ -9,8 +9,6 @@ creates it, calling ``on_start`` first.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
-from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -27,17 +25,16 @@ if TYPE_CHECKING:
 
 
 class DeviceRuntime:
-    def __init__(self, config: pytest.Config, settings: Settings, on_start: Callable[[], None]) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.settings = settings
-        self._on_start = on_start
-        self._selected: tuple[str, str] | None = None
+        self.settings = settings  # as resolved at start-up: never replaced
+        self._selected: tuple[str, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         if settings.configured:
             self.select()
 
-    def select(self) -> tuple[str, str]:
-        """The backend's name and why it was chosen; fixes this process's device."""
+    def select(self) -> tuple[str, str, int]:
+        """The backend's name, why it was chosen, and this process's device index."""
         if self._selected is None:
             from pytest_gpuprof.capture import backends
 
@@ -47,14 +44,14 @@ class DeviceRuntime:
                 probed = self.settings.device if self.settings.devices is None else 0
                 name, reason = backends.select(self.settings.backend, probed)
                 count = backends.cuda_device_count() if name == "cuda" else None
-                self.settings = replace(self.settings, device=self._pick_device(count))
-                if count is not None and self.settings.device >= count:
-                    raise RuntimeError(f"--gpu-device={self.settings.device}, but only {count} device(s) are visible")
-                if name == "cuda" and self.settings.device != probed:
-                    name, reason = backends.select(self.settings.backend, self.settings.device)
+                device = self._pick_device(count)
+                if count is not None and device >= count:
+                    raise RuntimeError(f"--gpu-device={device}, but only {count} device(s) are visible")
+                if name == "cuda" and device != probed:
+                    name, reason = backends.select(self.settings.backend, device)
             except RuntimeError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-            self._selected = name, reason
+            self._selected = name, reason, device
         return self._selected
 
     def _pick_device(self, cuda_devices: int | None) -> int:
@@ -77,8 +74,14 @@ class DeviceRuntime:
         return devices[index % len(devices)]
 
     @property
-    def started(self) -> bool:
+    def chosen(self) -> bool:
+        """Whether the backend is chosen (and named in the header); nothing runs yet."""
         return self._selected is not None
+
+    @property
+    def device_index(self) -> int:
+        """This process's device (``--gpu-device``, or this xdist worker's of ``--gpu-devices``)."""
+        return self.select()[2]
 
     @property
     def backend_name(self) -> str:
@@ -103,13 +106,13 @@ class DeviceRuntime:
         if self._backend is None:
             from pytest_gpuprof.capture import backends
 
-            self._on_start()
             s = self.settings
-            self._backend = backends.create(self.backend_name, s.device, cupti=s.cupti, clock=s.host_clock)
+            self._backend = backends.create(self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock)
         return self._backend
 
     @property
-    def backend_started(self) -> bool:
+    def started(self) -> bool:
+        """Whether the backend runs: the one meaning of "started" (a CUDA context, CUPTI)."""
         return self._backend is not None
 
     @property
@@ -128,7 +131,7 @@ class DeviceRuntime:
             return None
         from pytest_gpuprof.capture.nvml import NvmlSampler
 
-        return NvmlSampler.start(self.settings.device, self.settings.nvml_interval_ms)
+        return NvmlSampler.start(self.device_index, self.settings.nvml_interval_ms)
 
     @cached_property
     def _gpm(self) -> tuple[Gpm | None, str]:
@@ -138,7 +141,7 @@ class DeviceRuntime:
             return None, "off (host backend)"
         from pytest_gpuprof.capture.gpm import Gpm
 
-        return Gpm.start(self.settings.device)
+        return Gpm.start(self.device_index)
 
     @property
     def gpm(self) -> Gpm | None:
@@ -151,7 +154,7 @@ class DeviceRuntime:
             return "off (host backend: no GPU to sample)"
         from pytest_gpuprof.capture.nvml import probe
 
-        return probe(self.settings.device)
+        return probe(self.device_index)
 
     def machine(self) -> dict[str, Any]:
         from pytest_gpuprof.output.report import machine_record
@@ -159,7 +162,7 @@ class DeviceRuntime:
         return machine_record(self.device.to_dict(), self.truth)
 
     def header(self) -> list[str]:
-        if not self.started:
+        if not self.chosen:
             return [
                 "gpuprof: not started (no --gpu-* option, no [tool.gpuprof]): "
                 "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"

@@ -59,17 +59,14 @@ class GpuSession:
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
-        self.runtime = DeviceRuntime(config, settings, on_start=self.register)
+        self.settings = settings  # resolved once, at start-up
+        self.runtime = DeviceRuntime(config, settings)
         self.gate = Gate(settings)
         self.outputs = Outputs(config, settings)
         self.results: dict[str, TestResult] = {}  # measured here
         self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
-
-    @property
-    def settings(self) -> Settings:
-        return self.runtime.settings  # with this process's device, once selected
 
     def register(self) -> None:
         """Hook this session into pytest (once)."""
@@ -148,7 +145,7 @@ class GpuSession:
             breaches=list(verdict.breaches),
             enforced=self.settings.enforce,
             windows=len(windows),
-            device=self.settings.device,
+            device=self.runtime.device_index,
             failed_by=failed_by,
             unjudged=list(verdict.unjudged),
         )
@@ -273,14 +270,17 @@ class GpuSession:
     def summary(self, terminalreporter: Any) -> None:
         if self.runtime.is_worker:
             return
-        truths = sorted({v.test["metrics"]["truth"] for v in self.views.values()}) or [self.runtime.truth]
+        title = ""
+        if self.views or self.crashed:  # else nothing to show, and nothing to start for it
+            truths = sorted({v.test["metrics"]["truth"] for v in self.views.values()}) or [self.runtime.truth]
+            title = f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.backend_name})"
         # a test started the backend after pytest printed the header: say how it runs
-        late = self.runtime.backend_started and not self.settings.configured
+        late = self.runtime.started and not self.settings.configured
         self.outputs.summary(
             terminalreporter,
             self._views(),
             self.crashed,
-            title=f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.backend_name})",
+            title=title,
             header=self.header() if late else [],
             compared_with=self.gate.path or self.settings.compare,
         )
