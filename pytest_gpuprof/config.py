@@ -85,6 +85,13 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
     add("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
     add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
     add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
+    add(
+        "--gpu-summary",
+        default="20",
+        metavar="N|all",
+        help="rows of the terminal table: breaches and failures first, then the largest kernel-idle; "
+        "the rest counted in one line (default 20)",
+    )
     return options
 
 
@@ -125,6 +132,8 @@ class Settings:
     storage: Path = Path(".gpuprof")
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
     configured: bool = False
+    # rows of the terminal table (None: all)
+    summary_rows: int | None = 20
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -176,6 +185,7 @@ class Settings:
         if summary:
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         compare = opt("--gpu-compare")
+        summary_rows = _summary_rows(opt("--gpu-summary"))
         # the host clock alone starts nothing: it says how to run once something starts
         given = any(opt(flag) != _default(kwargs) for flag, kwargs in OPTIONS if flag != "--gpu-host-clock")
         return cls(
@@ -199,6 +209,7 @@ class Settings:
             compare_fail=thresholds,
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
+            summary_rows=summary_rows,
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
 
@@ -297,6 +308,18 @@ def read_budget_file(path: Path) -> Budget:
         return parse_budget(nested if nested is not None else data, str(path))
     except BudgetError as e:
         raise ConfigError(str(e)) from None
+
+
+def _summary_rows(value: str) -> int | None:
+    if value == "all":
+        return None
+    try:
+        rows = int(value)
+    except ValueError:
+        rows = -1
+    if rows < 0:
+        raise ConfigError(f"--gpu-summary={value}: expected a number of rows (0 or more) or 'all'")
+    return rows
 
 
 def _devices(value: str | None) -> tuple[int, ...] | str | None:

@@ -61,16 +61,20 @@ class Outputs:
             for line in self.written:  # what was written, or could not be, for a run that measured nothing
                 tr.write_line(line)
             return
-        from pytest_gpuprof.output.report import table
+        from pytest_gpuprof.output.report import first_rows, table
 
         tr.section(title)
         for line in header:
             tr.write_line(line)
-        for line in table([v.row for v in views.values()]):
+        every = list(views.values())
+        shown, rest = first_rows([v.test for v in every], self.settings.summary_rows)
+        for line in table([every[i].row for i in shown]):
             tr.write_line(line)
+        if rest:
+            tr.write_line(rest)
         for nodeid, reason in crashed.items():
             tr.write_line(f"{nodeid}: lost: {reason}")
-        details = [line for v in views.values() for line in v.details]
+        details = [line for i in shown for line in every[i].details]
         if details:
             tr.write_line("")
             tr.write_line("budget breaches and where the time went:")

@@ -135,6 +135,26 @@ def row(record: GpuRecord) -> list[str]:
     ]
 
 
+def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int], str | None]:
+    """Which tests the terminal table shows (indices, in that order) and the line that
+    counts the rest: breaches and failed tests first, then the largest kernel-idle, as
+    pytest shows its failures first and counts the rest."""
+
+    def failing(t: dict[str, Any]) -> bool:
+        return t.get("outcome") == "failed" or str(t.get("verdict", "")).startswith(("FAIL", "warn"))
+
+    def idle(t: dict[str, Any]) -> float:
+        return float(t.get("metrics", {}).get("overhead_ms") or 0.0)
+
+    order = sorted(range(len(tests)), key=lambda i: (not failing(tests[i]), -idle(tests[i])))
+    if limit is None or len(order) <= limit:
+        return order, None
+    rest = order[limit:]
+    bad = sum(failing(tests[i]) for i in rest)
+    state = f"{bad:,} of them failed or breached" if bad else "all within budget"
+    return order[:limit], f"and {len(rest):,} more measured, {state}; --gpu-summary=all lists them"
+
+
 def table(rows: list[list[str]]) -> list[str]:
     everything = [list(HEADER), *rows]
     widths = [max(len(r[i]) for r in everything) for i in range(len(HEADER))]
