@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.model import GIB, MIB
 from pytest_gpuprof.capture.backends import Backend
-from pytest_gpuprof.capture.clock import Clock, Lock
+from pytest_gpuprof.capture.clock import Clock, Joinable, Lock
 from pytest_gpuprof.capture.device import GpuDevice
 from pytest_gpuprof.profiler import Profiler
 
@@ -237,8 +237,12 @@ def _run_workers(clock: Clock, n: int, workers: int, partition: Callable[[int], 
     if workers == 1:
         worker(0)
     else:
-        threads = [clock.start_thread(functools.partial(worker, i), f"gpuprof-worker-{i}") for i in range(workers)]
+        # Started inside the try: a Ctrl-C between two starts must stop the workers
+        # already running too, or one runs every partition left (minutes) on its own.
+        threads: list[Joinable] = []
         try:
+            for i in range(workers):
+                threads.append(clock.start_thread(functools.partial(worker, i), f"gpuprof-worker-{i}"))
             for t in threads:
                 t.join()
         except BaseException as e:

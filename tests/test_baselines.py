@@ -165,15 +165,17 @@ def test_long_pipeline(gpu_workload):
 """
 
 
-def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pytester, pytestconfig):
+@pytest.mark.parametrize("clock", ["virtual", "real"])
+def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pytester, pytestconfig, clock):
     import signal
     import subprocess
     import sys
     import time
 
     pytester.makepyfile(INTERRUPTIBLE)
-    # the real clock, as a user's run: its threads wait on threading's primitives only
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gpu-host-clock=real"]
+    # the virtual clock (the suite's and the examples') and the real one (a user's run,
+    # whose threads wait on threading's primitives only)
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--gpu-host-clock={clock}"]
     args += ["--gpu-save=main", "--gpu-report=r.json"]
     if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
         args += ["-p", "pytest_gpuprof.plugin"]

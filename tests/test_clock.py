@@ -1,6 +1,7 @@
 """The virtual clock against what its rules say by hand: time is the longest wait chain."""
 
 import itertools
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -87,3 +88,30 @@ def test_the_plugins_threads_leave_ctrl_c_to_the_main_thread(make):
     clock.detach()
     assert signal.SIGINT in masks[0]
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's mask as it was
+
+
+@pytest.mark.parametrize("kind", ["virtual", "real"])
+def test_a_ctrl_c_between_two_worker_starts_stops_the_worker_already_running(kind):
+    # Ctrl-C can land after the first worker started and before the second did: the
+    # first must stop after its partition, or it runs every partition left on its own
+    # (minutes), long after the run was interrupted.
+    from pytest_gpuprof.capture import clock as clocks
+    from pytest_gpuprof.workload import _run_workers
+
+    clock = clocks.make(kind)
+    clock.attach()
+    started = clock.start_thread
+
+    def start_then_interrupt(target, name):
+        if name.endswith("-1"):
+            raise KeyboardInterrupt
+        return started(target, name)
+
+    clock.start_thread = start_then_interrupt  # type: ignore[method-assign]
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        _run_workers(clock, 100_000, 2, lambda worker: (clock.spend(1_000), done.append(worker)))
+    running = [t.name for t in threading.enumerate() if t.name.startswith("gpuprof-worker-")]
+    clock.detach()
+    assert running == []  # no worker outlives the call: it stopped after its partition
+    assert len(done) < 100_000
