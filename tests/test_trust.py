@@ -400,3 +400,76 @@ def test_the_summary_shows_failures_first_and_counts_the_rest(pytester):
     assert len(json.loads(pytester.path.joinpath("r.json").read_text())["tests"]) == 301
     every = pytester.runpytest("--gpu-summary=all")
     assert sum(line.startswith("test_the_summary") and "::test_trivial[" in line for line in every.stdout.lines) == 300
+
+
+def test_an_outer_steps_budget_sees_what_ran_in_the_steps_inside_it(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(steps={"load_batch": {"max_idle_ms": 1}})
+        def test_load(gpuprof, gpu_workload):
+            with gpuprof.step("load_batch"):
+                gpu_workload.upload(64 << 20)
+            gpu_workload.compute(ms=2)
+        """
+    )
+    result, report = report_of(pytester)
+    result.assert_outcomes(failed=1)
+    test = entry(report, "test_load")
+    assert test["verdict"] == "FAIL: breach steps.load_batch.max_idle_ms"
+    load = test["metrics"]["steps"]["load_batch"]
+    assert load["bytes"] == 64 << 20 and load["idle_ms"] == 0.0 and load["idle_ms_inclusive"] > 1
+    # the shares still add up: the inner step holds the idle, the outer one its own part
+    steps = test["metrics"]["steps"]
+    total = sum(s["idle_ms"] for s in steps.values()) + test["metrics"]["unattributed_ms"]
+    assert total == pytest.approx(test["metrics"]["overhead_ms"])
+
+
+def test_the_idle_lane_blames_the_copy_not_a_step_open_on_another_thread():
+    from pytest_gpuprof.analysis import metrics
+    from pytest_gpuprof.analysis.lanes import idle_items
+    from pytest_gpuprof.analysis.model import DeviceInterval, Span
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    ms = 1_000_000
+    steps = (Span("upload", 1, 0, 1 * ms, span_id=1), Span("sync", 2, 0, 10 * ms, span_id=2))
+    device = (
+        DeviceInterval("memcpy", 1 * ms, 10 * ms, bytes=1 << 20, span_id=1),
+        DeviceInterval("kernel", 10 * ms, 11 * ms),
+    )
+    timeline = Timeline(0, 11 * ms, "host", steps, (), device)
+    m = metrics.compute(timeline)
+    drawn = {}
+    for item in idle_items(timeline):
+        for name, charged in item.args["charged_ms"].items():
+            drawn[name] = drawn.get(name, 0.0) + charged
+    assert m.steps["upload"].idle_ms == pytest.approx(9.5)
+    assert drawn == pytest.approx({name: ms_ for name, ms_ in m.idle_by_step() if ms_})
+
+
+def test_the_step_summary_reads_the_same_verdict(pytester, monkeypatch):
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(CHECK_TEST)
+    pytester.runpytest().assert_outcomes(failed=1, passed=1)
+    text = summary.read_text()
+    assert "| FAIL: breach min_utilization |" in text and "| ok |" in text
+
+
+def test_the_backend_is_probed_on_the_device_asked_for(monkeypatch, pytestconfig):
+    from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.config import Settings
+    from pytest_gpuprof.runtime import DeviceRuntime
+
+    probed = []
+
+    def select(kind, device):
+        probed.append(device)
+        return "cuda", f"CUDA device {device} is visible"
+
+    monkeypatch.setattr(backends, "select", select)
+    monkeypatch.setattr(backends, "cuda_device_count", lambda: 4)
+    runtime = DeviceRuntime(pytestconfig, Settings(device=2))
+    assert runtime.select() == ("cuda", "CUDA device 2 is visible", 2)
+    assert probed == [2]
