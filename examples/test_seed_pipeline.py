@@ -7,7 +7,7 @@ locks, one worker uploads while the other's kernels run.
 
 import pytest
 
-from pytest_gpuprof.profiler import GpuBudgetExceeded
+from pytest_gpuprof import GpuBudgetExceeded
 
 
 @pytest.mark.xfail(
