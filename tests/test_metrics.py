@@ -155,6 +155,15 @@ transfer_strategy = st.tuples(
 ).map(lambda t: DeviceInterval(t[2], min(t[:2]), max(t[:2]), span_id=t[3] or None))
 
 
+# a window's parts: steps, kernels, copies and memsets, and the window's edges
+WINDOW = (
+    nested_steps,
+    st.lists(kernel_strategy, max_size=6),
+    st.lists(transfer_strategy, max_size=4),
+    st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
+)
+
+
 def brute_force(timeline):
     names = {s.span_id: s.name for s in timeline.steps}
     charged = defaultdict(float)
@@ -186,12 +195,7 @@ def brute_force(timeline):
     return kernel_time, dict(charged), unattributed
 
 
-@given(
-    nested_steps,
-    st.lists(kernel_strategy, max_size=6),
-    st.lists(transfer_strategy, max_size=4),
-    st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
-)
+@given(*WINDOW)
 def test_attribution_matches_brute_force(both_paths, steps, kernels, transfers, window):
     timeline = Timeline(window[0], window[1], "host", tuple(steps), (), (*kernels, *transfers))
     # metrics are in ms; scale back to grid units
@@ -206,12 +210,7 @@ def test_attribution_matches_brute_force(both_paths, steps, kernels, transfers, 
     assert total == pytest.approx(m.overhead_ms, abs=1e-12)
 
 
-@given(
-    nested_steps,
-    st.lists(kernel_strategy, max_size=6),
-    st.lists(transfer_strategy, max_size=4),
-    st.tuples(st.integers(0, GRID), st.integers(0, GRID)).map(sorted),
-)
+@given(*WINDOW)
 def test_the_idle_lane_draws_what_the_metrics_charged(both_paths, steps, kernels, transfers, window):
     from pytest_gpuprof.analysis.lanes import idle_items
 
