@@ -195,3 +195,107 @@ def test_kernels_carry_their_sm_coverage_for_shading():
     assert shades == {"spin": round(1 / 132, 4), "gemm": pytest.approx(1.0, abs=0.05), "unknown": None}
     lanes, _ = build(Timeline(0, 30, "host", device=device))  # no SMs known: no shading
     assert all("SMs" not in item.args for lane in lanes for item in lane.items)
+
+
+SEED_PAGE = """
+def test_seed(gpu_workload):
+    gpu_workload.partitions(n=4, upload_bytes=64 << 20, compute_ms=5, rounds=1, warmup=0)
+
+def test_no_idle(gpu_workload):
+    gpu_workload.compute(ms=3)
+"""
+
+
+def _seed_page(pytester):
+    pytester.makepyfile(SEED_PAGE)
+    pytester.runpytest("--gpu-backend=host", "--gpu-html=report.html").assert_outcomes(passed=2)
+    return Path(pytester.path, "report.html").as_uri()
+
+
+def _view(dom):
+    """The timeline's visible range, as the page wrote it back (us)."""
+    tag = re.search(r'<div id="view"[^>]*>', dom)[0]
+    return float(re.search(r'data-lo="([^"]+)"', tag)[1]), float(re.search(r'data-hi="([^"]+)"', tag)[1])
+
+
+def _row(dom, nodeid_part):
+    return re.search(rf'<tr data-index="(\d+)"[^>]*><td title="[^"]*{nodeid_part}', dom)[1]
+
+
+needs_chromium = pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)"
+)
+
+
+@needs_chromium
+def test_the_timeline_zooms_about_the_pointer_pans_by_the_drag_and_stays_in_the_window(pytester):
+    url = _seed_page(pytester)
+    seed = _row(chromium("--dump-dom", url).stdout, "test_seed")
+    whole = _view(chromium("--dump-dom", f"{url}#click={seed}").stdout)
+    assert whole[0] == 0 and whole[1] > 0
+    span = whole[1]
+    lo, hi = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0,5").stdout)  # at the plot's left edge
+    assert lo == 0 and hi == pytest.approx(span * 0.8**5)  # t = 0 stays in view
+    lo, hi = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,5").stdout)  # at its middle
+    # centred within a pixel (events carry whole-pixel positions; the plot is 960 px wide)
+    assert (lo + hi) / 2 == pytest.approx(span / 2, abs=(hi - lo) / 960) and hi - lo == pytest.approx(span * 0.8**5)
+    zoomed = hi - lo
+    lo2, hi2 = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,5&drag=-0.1").stdout)
+    assert abs((lo2 - lo) - 0.1 * zoomed) <= 0.01 * zoomed and hi2 - lo2 == pytest.approx(zoomed)
+    assert _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,-6").stdout) == (0, span)  # zoom-out stops
+    assert _view(chromium("--dump-dom", f"{url}#click={seed}&drag=0.3").stdout) == (0, span)  # no pan past the window
+
+
+@needs_chromium
+def test_the_timeline_names_its_steps_and_shows_only_what_is_there(pytester):
+    url = _seed_page(pytester)
+    first = chromium("--dump-dom", url).stdout
+    seed = chromium("--dump-dom", f"{url}#click={_row(first, 'test_seed')}").stdout
+    labels = re.findall(r'<text [^>]*class="label"[^>]*>([^<]+)</text>', seed)
+    assert {"upload", "compute"} <= set(labels)  # step names on their boxes at the default zoom
+    assert re.findall(r'class="tick">([^<]+) ms<', seed)  # a time axis with ticks
+    assert "kernel-idle, charged to" in seed
+    quiet = chromium("--dump-dom", f"{url}#click={_row(first, 'test_no_idle')}").stdout
+    lanes = set(re.findall(r'<g class="lane" data-kind="(\w+)">', quiet))
+    assert "idle" not in lanes and "region" not in lanes  # no lane for what is not there
+    legend = re.search(r'<div class="legend">.*?</div>', quiet)[0]
+    assert "kernels" in legend and "memsets" not in legend and "brackets" not in legend  # nor in the legend
+    assert "<h2>budget</h2>" not in quiet  # no budget, no section
+
+
+@needs_chromium
+def test_a_page_of_two_thousand_tests_loads_sorts_and_filters(tmp_path):
+    from pytest_gpuprof.output.html import render
+
+    tests = []
+    for i in range(2000):
+        failed = i % 250 == 7
+        tests.append(
+            {
+                "id": f"t.py::test_{i:04d}" + ("[" + "x" * 300 + "]" if i == 3 else ""),
+                "outcome": "failed" if failed else "passed",
+                "xfail": False,
+                "verdict": "FAIL: breach min_utilization" if failed else "ok",
+                "breaches": [],
+                "limits": {},
+                "explain": [],
+                "metrics": {"wall_ms": float((i * 7919) % 2000), "utilization": 0.5, "reported_utilization": None},
+                "steps": {},
+                "lanes": [],
+                "counters": [],
+                "span_us": 0,
+            }
+        )
+    page = tmp_path / "big.html"
+    page.write_text(render(tests, {"id": "m"}))
+    dom = chromium("--dump-dom", page.as_uri() + "#sort=wall_ms").stdout
+    walls = [
+        float(w) for w in re.findall(r'<tr data-index="\d+"[^>]*><td[^>]*>[^<]*</td><td class="num">([^<]+)<', dom)
+    ]
+    assert len(walls) == 2000 and walls == sorted(walls)
+    loaded, sorted_ms = (
+        float(x) for x in re.search(r'data-loaded_ms="([^"]+)" data-sorted_ms="([^"]+)"', dom).groups()
+    )
+    print(f"\n2,000 tests: loaded in {loaded:.0f} ms, sorted in {sorted_ms:.0f} ms (headless Chromium)")
+    failed = chromium("--dump-dom", page.as_uri() + "#failed=1").stdout
+    assert failed.count("<tr data-index=") == 8 and "8 of 2000 tests" in failed
