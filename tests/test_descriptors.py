@@ -26,7 +26,7 @@ _NOT_METRICS = {"truth", "steps", "nvml", "rounds", "notes", "unseen", "what_if"
     ("scope", "cls", "apart"),
     [
         ("window", Metrics, _NOT_METRICS),
-        ("step", StepMetrics, set()),
+        ("step", StepMetrics, {"copies"}),  # by direction: a table, not one figure
         ("nvml", NvmlMetrics, set()),
         ("what_if", Prediction, set()),
     ],

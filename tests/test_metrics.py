@@ -329,3 +329,23 @@ def test_a_launch_bound_window_under_cupti_says_tracing_slows_it(truth, kernels,
     assert len(notes) == noted
     if noted:
         assert notes[0].startswith(f"{kernels:,} kernels, one every {every_us:.1f} us")
+
+
+def test_a_device_to_device_copy_never_sets_a_steps_host_bandwidth():
+    # torch.compile's graph replays copy each input device to device: 125.8 MB at 1,790 GB/s
+    # was shown as the step's bandwidth
+    steps = (Span("infer", 1, 0, 10 * MS, span_id=1),)
+    device = (
+        DeviceInterval("memcpy", 0, 1 * MS, name="DTOD", bytes=1_000_000_000, span_id=1),
+        DeviceInterval("memcpy", 1 * MS, 3 * MS, name="HTOD", bytes=100_000_000, span_id=1),
+        DeviceInterval("memcpy", 3 * MS, 4 * MS, name="DTOH", bytes=20_000_000, span_id=1),
+        DeviceInterval("kernel", 4 * MS, 10 * MS, span_id=1),
+    )
+    step = metrics.compute(Timeline(0, 10 * MS, "cupti", steps, (), device)).steps["infer"]
+    assert step.bytes == 120_000_000
+    assert step.gbps == pytest.approx(120_000_000 / (3 * MS))
+    assert step.copies == {
+        "h2d": {"bytes": 100_000_000, "gbps": pytest.approx(50.0)},
+        "d2h": {"bytes": 20_000_000, "gbps": pytest.approx(20.0)},
+        "d2d": {"bytes": 1_000_000_000, "gbps": pytest.approx(1000.0)},
+    }

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, blocks_per_sm, coverage, occupancy
 from pytest_gpuprof.analysis.timeline import Timeline
@@ -79,3 +80,19 @@ def test_where_no_sms_are_known_sm_utilization_is_not_measured():
         "min_sm_utilization not measured: the host backend runs on a CPU, which has no SMs"
     ]
     assert "sm_utilization" not in m.flat()
+
+
+def test_kernel_names_read_as_a_person_reads_them_and_keep_the_linkers():
+    from pytest_gpuprof.analysis.names import readable
+    from pytest_gpuprof.analysis.sm_metrics import top_kernels
+
+    mangled = "_ZN5cudnn19engines_precompiled16nchwToNhwcKernelIfffLb0ELb1EEEvNS0_18nchw2nhwc_params_tIT1_EEPKT_PT0_"
+    assert readable("_Z3addPfS_i") == "add(float*, float*, int)"
+    assert readable(mangled).startswith(
+        "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true>("
+    )
+    assert readable("sm80_xmma_gemm_f32f32") == "sm80_xmma_gemm_f32f32"  # not a C++ symbol: as it came
+    assert readable("_Zbogus") == "_Zbogus"  # not a valid one: as it came
+    work = DeviceWork.of([DeviceInterval("kernel", 0, 10 * MS, name=mangled, blocks=1, threads=32)])
+    (k,) = top_kernels(work, H200, (0, 10 * MS))
+    assert k.name == readable(mangled) and k.mangled == mangled

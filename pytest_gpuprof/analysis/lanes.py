@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.analysis.metrics import idle_stretches
+from pytest_gpuprof.analysis.names import readable
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
 from pytest_gpuprof.analysis.timeline import Timeline
 
@@ -64,7 +65,7 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         if d.kind == "kernel" and d.threads > 0 and timeline.sm is not None:
             # the fraction of the SMs its grid covered: the page shades the kernel by it
             args["SMs"] = round(coverage(Geometry(d.blocks, d.threads, d.registers, d.shared), timeline.sm), 4)
-        device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, d.name or d.kind, args))
+        device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, readable(d.name) if d.name else d.kind, args))
     for (kind, stream), items in sorted(device.items()):
         lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))
     idle = idle_items(timeline)

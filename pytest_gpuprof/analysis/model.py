@@ -75,3 +75,25 @@ class Sample:
     util: float | None = None
     power_w: float | None = None
     mem_used_bytes: int | None = None
+
+
+# a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend
+# give it; "A" is a CUDA array, on the device. A copy whose direction the source does not
+# tell (CUDA events at the edges of a step that declared ``bytes=``) has none.
+CopyDirection = Literal["h2d", "d2h", "d2d", "p2p", "h2h"]
+DIRECTIONS: dict[str, CopyDirection] = {
+    "HTOD": "h2d",
+    "HTOA": "h2d",
+    "DTOH": "d2h",
+    "ATOH": "d2h",
+    "DTOD": "d2d",
+    "DTOA": "d2d",
+    "ATOD": "d2d",
+    "ATOA": "d2d",
+    "PTOP": "p2p",
+    "HTOH": "h2h",
+}
+
+
+def copy_direction(name: str) -> CopyDirection | None:
+    return DIRECTIONS.get(name.upper())

@@ -17,6 +17,7 @@ import numpy as np
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import NS_PER_MS
+from pytest_gpuprof.analysis.names import readable
 from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, coverage, occupancy
 
 TOP = 5
@@ -26,13 +27,14 @@ TOP = 5
 class KernelSummary:
     """One kernel name's launches in a window (the geometry of the longest launch)."""
 
-    name: str
+    name: str  # demangled, as a person reads it
     count: int
     total_ms: float
     blocks: int
     threads: int
     sm_coverage: float | None
     occupancy: float | None
+    mangled: str = ""  # as the linker sees it: what matches a kernel across runs
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -90,13 +92,14 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
         known = sm is not None and shape.threads > 0
         out.append(
             KernelSummary(
-                name=kernels.names[name],
+                name=readable(kernels.names[name]),
                 count=count,
                 total_ms=total / NS_PER_MS,
                 blocks=shape.blocks,
                 threads=shape.threads,
                 sm_coverage=coverage(shape, sm) if known and sm is not None else None,
                 occupancy=occupancy(shape, sm) if known and sm is not None else None,
+                mangled=kernels.names[name],
             )
         )
     return tuple(sorted(out, key=lambda k: -k.total_ms)[:TOP])

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis import sm_metrics
 from pytest_gpuprof.analysis.attribution import enclosing
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import NS_PER_MS, Span
+from pytest_gpuprof.analysis.model import NS_PER_MS, Span, copy_direction
 from pytest_gpuprof.analysis.occupancy import SmLimits
 
 
@@ -30,6 +32,8 @@ class StepMetrics:
     # the idle charged to the step and to the steps nested in it (what its budget judges);
     # ``idle_ms`` is its own share, and the shares of all steps add up to ``overhead_ms``
     idle_ms_inclusive: float | None = None
+    # the copies it issued, by direction (h2d, d2h, d2d, p2p): {bytes, gbps}
+    copies: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -58,7 +62,11 @@ def step_metrics(
         durations = [sum(e - s for s, e in iv.clip([(sp.start, sp.end)], window)) for sp in spans]
         issuers = {sp.span_id for sp in every} | {i for i, names in outer.items() if name in names}
         done = DeviceWork.join(work[i] for i in sorted(issuers) if i in work)
-        copies = done.where(done.of_kind("memcpy"))
+        every_copy = done.where(done.of_kind("memcpy"))
+        directions = _directions(every_copy)
+        # host-device copies (and those whose direction the source cannot tell) make the
+        # step's bytes, bandwidth and memory kind; device-to-device ones never do
+        copies = every_copy.where(np.isin(directions, ["h2d", "d2h", ""]))
         declared = [sp.bytes for sp in spans if sp.bytes is not None]
         copied = int(copies.rows["bytes"].sum())
         nbytes = copied if len(copies) else sum(declared)
@@ -84,7 +92,24 @@ def step_metrics(
             gbps=gbps,
             pageable=any(sp.pageable for sp in spans) or bool(copies.rows["pageable"].any()),
             sm_utilization=step_sm,
+            copies=_by_direction(every_copy, directions),
         )
+    return out
+
+
+def _directions(copies: DeviceWork) -> np.ndarray:
+    """Each copy's direction ("" where its name does not tell)."""
+    by_name = np.array([copy_direction(n) or "" for n in copies.names] or [""], dtype=object)
+    return by_name[copies.rows["name"]] if len(copies) else np.array([], dtype=object)
+
+
+def _by_direction(copies: DeviceWork, directions: np.ndarray) -> dict[str, dict[str, float | None]]:
+    out: dict[str, dict[str, float | None]] = {}
+    for direction in ("h2d", "d2h", "d2d", "p2p"):
+        these = copies.where(directions == direction)
+        if len(these):
+            nbytes, ns = int(these.rows["bytes"].sum()), iv.length(these.spans())
+            out[direction] = {"bytes": nbytes, "gbps": nbytes / ns if ns > 0 else None}
     return out
 
 
