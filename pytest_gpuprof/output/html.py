@@ -129,7 +129,7 @@ svg text{font-family:system-ui,sans-serif}svg .label{pointer-events:none}
 </style></head><body>
 <h1>pytest-gpuprof: true GPU utilization</h1>
 <div id="machine"></div>
-<div id="filters"><label><input type="checkbox" id="failed-only"> failed and breaching only</label> <span id="count"></span></div>
+<div id="filters"><label><input type="checkbox" id="failed-only"> failed and breaching only</label> &middot; <span id="count"></span></div>
 <div id="scroll"><table id="summary"><thead><tr>
 <th data-key="id">test</th><th data-key="wall_ms">wall ms</th><th data-key="utilization">util</th>
 <th data-key="reported_utilization">reported</th><th data-key="overhead_ms">overhead ms</th><th data-key="verdict">verdict</th>
@@ -185,7 +185,7 @@ function renderSummary() {
     rows.append(row);
   }
   body.replaceChildren(rows);
-  document.getElementById("count").textContent = `${shown} of ${DATA.tests.length} tests`;
+  document.getElementById("count").textContent = `${shown} of ${DATA.tests.length} tests shown`;
 }
 document.querySelector("#summary tbody").addEventListener("click", e => {
   const row = e.target.closest("tr"); if (row) select(Number(row.dataset.index));
@@ -327,8 +327,8 @@ function draw(svg, t) {
         : args && typeof args.SMs === "number" ? Math.max(0.15, args.SMs) : 1;
       const fill = lane.kind === "step" || lane.kind === "idle" ? hue(label) : COLORS[lane.kind] || "#888";
       const top = y + row * ROW + 2;
-      const r = el("svg:rect", {x, y: top, width: w, height: ROW - 4, "fill-opacity": opacity, fill,
-        stroke: "#fff", "stroke-width": 0.5, class: "item"});
+      const r = el("svg:rect", {x, y: top, width: w, height: ROW - 4, "fill-opacity": opacity, fill, class: "item"});
+      if (w > 4) { r.setAttribute("stroke", "#fff"); r.setAttribute("stroke-width", 0.5); }  // neighbours apart
       r.append(el("svg:title", {}, `${label}: ${((e - s) / 1000).toFixed(3)} ms` + (count > 1 ? ` (${count} merged)` : "") +
         (args && Object.keys(args).length ? " " + JSON.stringify(args) : "")));
       g.append(r);

@@ -224,3 +224,30 @@ def test_user_tests_with_and_without_cupti(pytester, plugin_args, source):
         result.assert_outcomes(passed=2, failed=1)  # the marker-only tests are measured and judged
         assert tests["test_busy_without_fixture"]["metrics"]["utilization"] > 0.5
         assert tests["test_idle_without_fixture"]["outcome"] == "failed"
+
+
+def test_copies_by_direction_and_kernel_names_as_nsight_shows_them(gpuprof):
+    torch = pytest.importorskip("torch")
+    host = torch.full((SIDE, SIDE), 0.5).pin_memory()
+    on_device = torch.randn(SIDE, SIDE, device="cuda")
+    torch.cuda.synchronize()
+
+    def loop():
+        with gpuprof.step("infer"):
+            copy = on_device.clone()  # device to device: never the step's host bandwidth
+            x = host.to("cuda", non_blocking=True)
+            back = (torch.relu(copy @ x)).to("cpu")
+        torch.cuda.synchronize()
+        return back
+
+    m = gpuprof.measure(loop, rounds=3, warmup=1)
+    step = m.steps["infer"]
+    nbytes = SIDE * SIDE * 4
+    print(f"\ninfer: bytes {step.bytes}, gbps {step.gbps:.1f}, copies {step.copies}")
+    print("top kernels:", [(k.name[:90], k.mangled[:40]) for k in m.top_kernels[:4]])
+    assert step.copies["d2d"]["bytes"] == nbytes
+    assert step.copies["h2d"]["bytes"] == nbytes and step.copies["d2h"]["bytes"] == nbytes
+    assert step.bytes == 2 * nbytes  # host-device only
+    assert step.gbps < 100  # a host link's rate, not the device memory's
+    assert all(not k.name.startswith("_Z") for k in m.top_kernels)
+    assert any(k.mangled.startswith("_Z") and k.name != k.mangled for k in m.top_kernels)
