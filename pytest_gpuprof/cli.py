@@ -24,6 +24,7 @@ from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
     CompareError,
     change_lines,
+    clock_note,
     compare_tests,
     parse_thresholds,
 )
@@ -68,7 +69,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
         if absent:
             lines.append(f"{test['nodeid']}: {', '.join(absent)}: no such metric in either report")
             changes = [c for c in changes if c.baseline is not None or c.current is not None]
-        lines += change_lines(test["nodeid"], changes)
+        lines += change_lines(test["nodeid"], changes, clock_note(old, test))
         regressed |= any(c.finding == "regression" for c in changes)
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
     lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)

@@ -23,6 +23,7 @@ class Gate:
         self.settings = settings
         self.baseline: dict[str, Any] | None = None
         self.path: Path | None = None
+        self._notes: dict[str, str | None] = {}  # by test: what qualifies its comparison
 
     def load(self, machine: dict[str, Any]) -> None:
         """Find and read the baseline; a usage error where it cannot be used."""
@@ -57,14 +58,17 @@ class Gate:
         base = self._base(nodeid)
         if base is None:
             return [], None  # no baseline, or a new test: nothing to compare with
-        from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+        from pytest_gpuprof.verdict.compare import clock_note, compare_tests, parse_thresholds
 
         thresholds = self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS)
         changes = compare_tests(thresholds, base, test)
+        self._notes[nodeid] = clock_note(base, test)
         regressed = [c for c in changes if c.finding == "regression"]
         if not regressed or not self.settings.compare_fail:
             return changes, None
-        lines = [f"GPU regression against baseline {self.path}:", *(f"  {c.describe()}" for c in regressed)]
+        note = self._notes[nodeid]
+        lines = [f"GPU regression against baseline {self.path}:", *([f"  note: {note}"] if note else [])]
+        lines += [f"  {c.describe()}" for c in regressed]
         return changes, "\n".join(lines)
 
     def lines(self, nodeid: str, changes: list[Change]) -> list[str]:
@@ -75,4 +79,4 @@ class Gate:
             return [f"{nodeid}: new (not in the baseline)"]
         from pytest_gpuprof.verdict.compare import change_lines
 
-        return change_lines(nodeid, changes)
+        return change_lines(nodeid, changes, self._notes.get(nodeid))

@@ -228,3 +228,27 @@ def test_cli_malformed_report_is_one_line_naming_the_file(tmp_path, capsys):
     assert cli.main(["show", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"gpuprof show: {bad}: a field of the wrong shape") and err.count("\n") == 1
+
+
+def test_a_baseline_at_another_sm_clock_is_said_so_in_its_lines():
+    from pytest_gpuprof.verdict.compare import change_lines, clock_note
+
+    def test(mhz):
+        return {"nodeid": "t::a", "metrics": {"wall_ms": 1.0, "nvml": {"sm_clock_mhz": mhz}}}
+
+    assert clock_note(test(1980), test(1960)) is None  # within 5%: the same clock
+    note = clock_note(test(1980), test(1500))
+    assert note == "SM clock 1980 MHz in the baseline, 1500 MHz now: device times scale with it"
+    assert change_lines("t::a", [], note)[1] == f"    note: {note}"
+    assert clock_note({"metrics": {}}, test(1500)) is None  # not measured (no NVML): nothing to say
+
+
+def test_the_sm_clock_is_a_metric_like_any_other():
+    from pytest_gpuprof.analysis.metrics import nvml_metrics
+    from pytest_gpuprof.analysis.model import Sample
+
+    nvml = nvml_metrics(
+        [Sample(1, sm_clock_mhz=1980.0), Sample(2, sm_clock_mhz=1700.0), Sample(9, sm_clock_mhz=1.0)], (0, 5)
+    )
+    assert nvml is not None and nvml.sm_clock_mhz == 1840.0
+    assert parse_thresholds("nvml.sm_clock_mhz:-5%")[0].metric == "nvml.sm_clock_mhz"

@@ -148,6 +148,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("power_mean_w", "nvml", "W", "board power, mean"),
     Metric("power_max_w", "nvml", "W", "board power, highest sample"),
     Metric("mem_used_max_bytes", "nvml", "bytes", "device memory used, highest sample"),
+    Metric("sm_clock_mhz", "nvml", "MHz", "the SM clock, mean over the window's samples"),
     Metric("samples", "nvml", "count", "NVML samples in the window", aggregate="sum", comparable=False),
     Metric("sm_active", "gpm", "fraction", "NVML GPM: SM active"),
     Metric("sm_occupancy", "gpm", "fraction", "NVML GPM: SM occupancy"),

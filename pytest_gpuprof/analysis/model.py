@@ -75,6 +75,7 @@ class Sample:
     util: float | None = None
     power_w: float | None = None
     mem_used_bytes: int | None = None
+    sm_clock_mhz: float | None = None
 
 
 # a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend

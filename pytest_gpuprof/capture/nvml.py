@@ -106,7 +106,8 @@ class NvmlSampler:
         util = n.nvmlDeviceGetUtilizationRates(self._handle).gpu / 100
         power = self._read_instant_power() if self._instant_power else n.nvmlDeviceGetPowerUsage(self._handle) / 1000
         memory = n.nvmlDeviceGetMemoryInfo(self._handle).used
-        return Sample(time.perf_counter_ns(), util, power, int(memory))
+        clock = n.nvmlDeviceGetClockInfo(self._handle, n.NVML_CLOCK_SM)
+        return Sample(time.perf_counter_ns(), util, power, int(memory), float(clock))
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

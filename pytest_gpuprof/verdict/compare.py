@@ -224,8 +224,23 @@ def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any]
     return [assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)) for t in thresholds]
 
 
-def change_lines(nodeid: str, changes: Sequence[Change]) -> list[str]:
-    """A test's lines of a comparison: what changed, then each notable change."""
+# a baseline whose SM clock differs by more than this ran on a clearly different clock
+CLOCK_SHIFT = 0.05
+
+
+def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> str | None:
+    """What a comparison must say when the GPU ran at another SM clock in the baseline:
+    device times scale with it (``nvml.sm_clock_mhz``)."""
+    before = _lookup(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    now = _lookup(current_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    if not before or not now or abs(now - before) / before <= CLOCK_SHIFT:
+        return None
+    return f"SM clock {before:.0f} MHz in the baseline, {now:.0f} MHz now: device times scale with it"
+
+
+def change_lines(nodeid: str, changes: Sequence[Change], note: str | None = None) -> list[str]:
+    """A test's lines of a comparison: what changed, then each notable change (and the
+    ``note`` that qualifies them all)."""
     notable = [c for c in changes if c.finding != "unchanged"]
     found = ", ".join(sorted({c.finding for c in notable})) or "unchanged"
-    return [f"{nodeid}: {found}", *(f"    {c.describe()}" for c in notable)]
+    return [f"{nodeid}: {found}", *([f"    note: {note}"] if note else []), *(f"    {c.describe()}" for c in notable)]
