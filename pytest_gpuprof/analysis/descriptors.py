@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-Scope = Literal["window", "step", "nvml", "gpm", "what_if"]
+Scope = Literal["window", "step", "kernel", "nvml", "gpm", "what_if"]
 Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag"]
 # how the rounds of a measure() become one figure: the median (rounded for whole
 # numbers), whether any round had it (flags), or the sum (sample counts)
@@ -144,6 +144,7 @@ METRICS: tuple[Metric, ...] = (
         unseen_by="sm_unseen",
         unseen="the step issued no kernel",
     ),
+    Metric("total_ms", "kernel", "ms", "the time of one kernel (by its mangled name) in the window"),
     Metric("util_mean", "nvml", "fraction", "NVML utilization.gpu, mean over the window's samples"),
     Metric("power_mean_w", "nvml", "W", "board power, mean"),
     Metric("power_max_w", "nvml", "W", "board power, highest sample"),
@@ -175,7 +176,13 @@ def limits(scope: Literal["window", "step"]) -> dict[str, Metric]:
 
 # a what-if scenario: overlap:STEP, pinned:STEP, faster:STEP:F
 SCENARIO = re.compile(r"^(?:(?P<kind>overlap|pinned):(?P<step>.+)|faster:(?P<faster>.+):(?P<factor>\d+(?:\.\d+)?))$")
-_PREFIXES: Mapping[str, Scope] = {"steps": "step", "nvml": "nvml", "gpm": "gpm", "what_if": "what_if"}
+_PREFIXES: Mapping[str, Scope] = {
+    "steps": "step",
+    "kernels": "kernel",
+    "nvml": "nvml",
+    "gpm": "gpm",
+    "what_if": "what_if",
+}
 
 
 def split_path(path: str) -> tuple[Scope, str | None, str] | None:
@@ -189,7 +196,7 @@ def split_path(path: str) -> tuple[Scope, str | None, str] | None:
     scope = _PREFIXES.get(head)
     if scope is None:
         return None
-    if scope in ("step", "what_if"):
+    if scope in ("step", "kernel", "what_if"):
         owner, _, name = rest.rpartition(".")
         return (scope, owner, name) if owner else None
     return scope, None, rest
@@ -222,14 +229,21 @@ def is_fraction(path: str) -> bool:
 
 def fractions() -> tuple[str, ...]:
     """The fraction metrics as a person names them, for messages."""
-    prefix = {"window": "", "step": "steps.NAME.", "nvml": "nvml.", "gpm": "gpm.", "what_if": "what_if.SCENARIO."}
+    prefix = {
+        "window": "",
+        "step": "steps.NAME.",
+        "kernel": "kernels.NAME.",
+        "nvml": "nvml.",
+        "gpm": "gpm.",
+        "what_if": "what_if.SCENARIO.",
+    }
     return tuple(prefix[m.scope] + m.name for m in METRICS if m.fraction)
 
 
 def grammar() -> str:
     """Every nameable metric, as the compare expressions' error message lists them."""
     return (
-        f"{', '.join(names('window'))}, steps.NAME.{{{','.join(names('step'))}}}, "
+        f"{', '.join(names('window'))}, kernels (each kernel's total_ms), steps.NAME.{{{','.join(names('step'))}}}, "
         f"nvml.{{{','.join(names('nvml'))}}}, gpm.{{{','.join(names('gpm'))}}}, "
         f"what_if.SCENARIO.{{{','.join(names('what_if'))}}}"
     )

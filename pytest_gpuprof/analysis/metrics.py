@@ -72,6 +72,8 @@ class Metrics:
     top_kernels: tuple[KernelSummary, ...] = ()
     # NVML GPM over the window: sm_active, sm_occupancy, tensor_active, dram_bw_util
     gpm: Mapping[str, float] | None = None
+    # each kernel's time in the window by mangled name (the top ones, the rest as OTHER_KERNELS)
+    kernel_totals: Mapping[str, float] = field(default_factory=dict)
 
     def flat(self) -> dict[str, float]:
         """Every comparable numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -91,6 +93,7 @@ class Metrics:
             owners.append(("nvml.", self.nvml, "nvml"))
         if self.gpm is not None:
             owners.append(("gpm.", self.gpm, "gpm"))
+        owners += [(f"kernels.{name}.", {"total_ms": ms}, "kernel") for name, ms in self.kernel_totals.items()]
         owners += [(f"what_if.{name}.", p, "what_if") for name, p in self.what_if.items()]
         return owners
 
@@ -116,6 +119,7 @@ class Metrics:
             **({"sm_unseen": self.sm_unseen} if self.sm_unseen else {}),
             **({"top_kernels": [k.to_dict() for k in self.top_kernels]} if self.top_kernels else {}),
             **({"gpm": dict(self.gpm)} if self.gpm is not None else {}),
+            **({"kernel_totals": dict(self.kernel_totals)} if self.kernel_totals else {}),
         }
 
 
@@ -179,6 +183,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         sm_unseen=reason,
         gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
+        kernel_totals=sm_metrics.kernel_totals(kernel_work, window),
     )
 
 
@@ -348,9 +353,11 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         name: Prediction(**over(f"what_if.{name}.", (m.what_if.get(name) for m in rounds), "what_if"))
         for name in last.what_if
     }
+    kernels = {name: summaries[f"kernels.{name}.total_ms"].median for name in last.kernel_totals}
     return replace(
         last,
         **window,
+        kernel_totals=kernels,
         steps=steps,
         nvml=nvml,
         rounds=summaries,

@@ -103,3 +103,25 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
             )
         )
     return tuple(sorted(out, key=lambda k: -k.total_ms)[:TOP])
+
+
+# the kernels whose totals a report keeps by name, per round; the rest are one entry
+KEPT_KERNELS = 20
+OTHER_KERNELS = "(other kernels)"
+
+
+def kernel_totals(kernels: DeviceWork, window: iv.Interval) -> dict[str, float]:
+    """Each kernel's time in the window (ms) by mangled name, largest first: the top
+    ``KEPT_KERNELS``, and the rest as ``OTHER_KERNELS``, so that a report stays small."""
+    if not len(kernels):
+        return {}
+    names, group = np.unique(kernels.rows["name"], return_inverse=True)
+    totals = np.bincount(group.reshape(-1), weights=kernels.inside(window)) / NS_PER_MS
+    ranked = sorted(
+        zip((kernels.names[n] for n in names.tolist()), totals.tolist(), strict=True), key=lambda kv: -kv[1]
+    )
+    out = dict(ranked[:KEPT_KERNELS])
+    rest = sum(ms for _, ms in ranked[KEPT_KERNELS:])
+    if len(ranked) > KEPT_KERNELS:
+        out[OTHER_KERNELS] = rest
+    return out

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.names import readable
 
 ALPHA = 0.05
 EXACT_PAIRS = 2500  # exact null distribution up to 50 x 50 rounds
@@ -74,7 +75,12 @@ def parse_thresholds(text: str) -> list[Threshold]:
                 "METRIC:-Npt | METRIC:+Nms | METRIC:-Nms, e.g. utilization:-2pt or wall_ms:+10%"
             )
         metric, unit = match["metric"], match["unit"]
-        if not descriptors.comparable(metric):
+        if metric == KERNELS:
+            if unit == "pt" or match["sign"] != "+":
+                raise CompareError(
+                    f"compare-fail expression {part!r}: {KERNELS} gates each kernel's time: kernels:+N% or kernels:+Nms"
+                )
+        elif not descriptors.comparable(metric):
             known = [*descriptors.names("window"), *(f"nvml.{k}" for k in descriptors.names("nvml"))]
             close = difflib.get_close_matches(metric, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -98,7 +104,10 @@ def known_metric(path: str) -> bool:
     return descriptors.comparable(path)
 
 
-Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing"]
+# ``kernels:+N%``: every kernel's own time, by name, gated alone
+KERNELS = "kernels"
+
+Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing", "appeared", "vanished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +119,28 @@ class Change:
     p_value: float | None = None
     samples: tuple[int, int] = (0, 0)
 
+    @property
+    def kernel(self) -> str | None:
+        """The kernel's mangled name, for a change of one kernel's time."""
+        parts = descriptors.split_path(self.threshold.metric)
+        return parts[1] if parts is not None and parts[0] == "kernel" else None
+
     def describe(self) -> str:
         t = self.threshold
+        kernel = self.kernel
+        what = f"kernel {readable(kernel)} ms" if kernel is not None else t.metric
+        if self.finding in ("appeared", "vanished"):
+            ms = self.current if self.finding == "appeared" else self.baseline
+            return f"{what}: {self.finding} ({ms:.3f} ms {'now' if self.finding == 'appeared' else 'in the baseline'})"
         if self.baseline is None or self.current is None:
             side = "baseline" if self.baseline is None else "this run"
-            return f"{t.metric}: not in {side}"
+            return f"{what}: not in {side}"
         fmt = _formatter(t.metric)
         change = self.current - self.baseline
         relative = f", {100 * change / self.baseline:+.1f}%" if self.baseline else ""
         test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
         return (
-            f"{t.metric}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
+            f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
             f"{self.finding}"
         )
@@ -221,7 +241,26 @@ def _split_path(path: str) -> list[str]:
 
 
 def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any], current_test: dict) -> list[Change]:
-    return [assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)) for t in thresholds]
+    out = []
+    for t in thresholds:
+        if t.metric != KERNELS:
+            out.append(assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)))
+            continue
+        for path in _kernel_paths(baseline_test, current_test):
+            before, now = samples_of(baseline_test, path), samples_of(current_test, path)
+            each = Threshold(path, t.direction, t.amount, t.unit, t.text)
+            if before and now:
+                out.append(assess(each, before, now))
+            else:
+                found: Finding = "appeared" if now else "vanished"
+                out.append(Change(each, found, _median(before), _median(now)))
+    return out
+
+
+def _kernel_paths(*tests: dict[str, Any]) -> list[str]:
+    """Every kernel either report timed, by name (``kernels.NAME.total_ms``)."""
+    names = {name for test in tests for name in test.get("metrics", {}).get("kernel_totals", {})}
+    return [f"kernels.{name}.total_ms" for name in sorted(names)]
 
 
 # a baseline whose SM clock differs by more than this ran on a clearly different clock
@@ -241,6 +280,9 @@ def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> s
 def change_lines(nodeid: str, changes: Sequence[Change], note: str | None = None) -> list[str]:
     """A test's lines of a comparison: what changed, then each notable change (and the
     ``note`` that qualifies them all)."""
-    notable = [c for c in changes if c.finding != "unchanged"]
+    notable = [c for c in changes if c.finding != "unchanged" and c.kernel is None]
+    # the kernels that changed, the largest change first: the lines a pull request reads
+    kernels = [c for c in changes if c.finding != "unchanged" and c.kernel is not None]
+    notable += sorted(kernels, key=lambda c: -abs((c.current or 0.0) - (c.baseline or 0.0)))
     found = ", ".join(sorted({c.finding for c in notable})) or "unchanged"
     return [f"{nodeid}: {found}", *([f"    note: {note}"] if note else []), *(f"    {c.describe()}" for c in notable)]

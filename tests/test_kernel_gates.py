@@ -1,0 +1,86 @@
+"""Gates that see one kernel: each kernel's time kept by name per round, and
+``--gpu-compare-fail=kernels:+N%`` naming the kernels that got slower (virtual clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+TWO_KERNELS = """
+import os
+
+def test_two_kernels(gpuprof, gpu_workload):
+    slower = float(os.environ.get("SLOWER", "1.0"))
+    def body():
+        with gpuprof.step("work"):
+            gpu_workload.compute(ms=2, kind="fft")
+            gpu_workload.compute(ms=10 * slower, kind="matmul")
+    gpuprof.measure(body, rounds=5, warmup=0)
+"""
+
+
+@pytest.fixture
+def baseline(pytester, monkeypatch):
+    pytester.makepyfile(TWO_KERNELS)
+    monkeypatch.setenv("SLOWER", "1.0")
+    pytester.runpytest("--gpu-save=main", "--gpu-report=base.json").assert_outcomes(passed=1)
+    return json.loads(pytester.path.joinpath("base.json").read_text())
+
+
+def test_the_report_keeps_each_kernels_time_per_round(baseline):
+    (test,) = baseline["tests"]
+    assert test["metrics"]["kernel_totals"] == {"matmul": pytest.approx(10.0), "fft": pytest.approx(2.0)}
+    assert test["rounds"]["kernels.matmul.total_ms"]["samples"] == [pytest.approx(10.0)] * 5
+
+
+def test_one_kernel_one_percent_slower_fails_the_kernel_gate_naming_it(pytester, monkeypatch, baseline):
+    monkeypatch.setenv("SLOWER", "1.01")
+    result = pytester.runpytest("--gpu-compare=main", "--gpu-compare-fail=kernels:+0.5%", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU regression against baseline*",
+            "*kernel matmul ms: baseline 10.000 -> 10.100 (+0.100, +1.0%*p=*): regression",
+        ]
+    )
+    assert "kernel fft ms" not in "\n".join(line for line in result.stdout.lines if "regression" in line)
+    test = json.loads(pytester.path.joinpath("r.json").read_text())["tests"][0]
+    assert test["verdict"] == "FAIL: regression kernels.matmul.total_ms"
+    assert pytester.runpytest("--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+0.5%").ret == 1
+
+
+def test_equal_code_fails_neither_gate(pytester, monkeypatch, baseline):
+    result = pytester.runpytest("--gpu-compare=main", "--gpu-compare-fail=kernels:+0.5%,kernel_ms:+0.5%")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_kernel_that_vanished_is_listed(pytester, baseline):
+    pytester.makepyfile(TWO_KERNELS.replace('kind="fft"', 'kind="matmul"'))
+    result = pytester.runpytest("--gpu-compare=main", "--gpu-compare-fail=kernels:+5%")
+    result.assert_outcomes(failed=1)  # matmul now holds the fft's 2 ms as well
+    result.stdout.fnmatch_lines(["*kernel fft ms: vanished (2.000 ms in the baseline)*"])
+
+
+def test_a_kernel_that_appeared_is_listed_and_changes_come_largest_first():
+    from pytest_gpuprof.verdict.compare import change_lines, compare_tests, parse_thresholds
+
+    def test(**totals):
+        rounds = {f"kernels.{k}.total_ms": {"samples": [v] * 5} for k, v in totals.items()}
+        return {"metrics": {"kernel_totals": totals}, "rounds": rounds}
+
+    before, after = test(a=1.0, b=10.0), test(a=1.5, b=12.0, _Z3addPfS_i=3.0)
+    changes = compare_tests(parse_thresholds("kernels:+5%"), before, after)
+    lines = change_lines("t::x", changes)
+    assert lines[1] == "    kernel add(float*, float*, int) ms: appeared (3.000 ms now)"  # +3 ms
+    assert lines[2].startswith("    kernel b ms: baseline 10.000 -> 12.000")  # +2 ms
+    assert lines[3].startswith("    kernel a ms: baseline 1.000 -> 1.500")  # +0.5 ms
+
+
+def test_the_kernel_gate_takes_slower_only():
+    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+
+    assert parse_thresholds("kernels:+2%")[0].metric == "kernels"
+    for bad in ("kernels:-2%", "kernels:+2pt"):
+        with pytest.raises(CompareError, match="gates each kernel's time"):
+            parse_thresholds(bad)
