@@ -22,6 +22,8 @@ from pytest_gpuprof.output.storage import BaselineError, load
 from pytest_gpuprof.output.text import pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
+    KERNELS,
+    LISTED_KERNELS,
     CompareError,
     change_lines,
     clock_note,
@@ -53,7 +55,11 @@ def show(report: dict[str, Any]) -> list[str]:
 
 
 def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tuple[list[str], bool]:
-    thresholds = parse_thresholds(expressions)
+    gating = parse_thresholds(expressions)
+    # the kernels that changed are listed, whether or not they gate
+    listed = [] if any(t.metric == KERNELS for t in gating) else parse_thresholds(LISTED_KERNELS)
+    thresholds = [*gating, *listed]
+    gates = {t.text for t in gating}
     by_id = {t["nodeid"]: t for t in base["tests"]}
     lines = []
     if base["machine"].get("id") != new["machine"].get("id"):
@@ -70,7 +76,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
             lines.append(f"{test['nodeid']}: {', '.join(absent)}: no such metric in either report")
             changes = [c for c in changes if c.baseline is not None or c.current is not None]
         lines += change_lines(test["nodeid"], changes, clock_note(old, test))
-        regressed |= any(c.finding == "regression" for c in changes)
+        regressed |= any(c.finding == "regression" and c.threshold.text in gates for c in changes)
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
     lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed

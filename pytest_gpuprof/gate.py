@@ -58,18 +58,33 @@ class Gate:
         base = self._base(nodeid)
         if base is None:
             return [], None  # no baseline, or a new test: nothing to compare with
-        from pytest_gpuprof.verdict.compare import clock_note, compare_tests, parse_thresholds
+        from pytest_gpuprof.verdict.compare import (
+            KERNELS,
+            LISTED_KERNELS,
+            clock_note,
+            compare_tests,
+            parse_thresholds,
+        )
 
-        thresholds = self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS)
+        gating = list(self.settings.compare_fail)
+        thresholds = gating or parse_thresholds(DEFAULT_THRESHOLDS)
+        if not any(t.metric == KERNELS for t in thresholds):  # the kernels that changed are listed
+            thresholds += parse_thresholds(LISTED_KERNELS)
         changes = compare_tests(thresholds, base, test)
         self._notes[nodeid] = clock_note(base, test)
-        regressed = [c for c in changes if c.finding == "regression"]
+        regressed = self.regressed(changes)
         if not regressed or not self.settings.compare_fail:
             return changes, None
         note = self._notes[nodeid]
         lines = [f"GPU regression against baseline {self.path}:", *([f"  note: {note}"] if note else [])]
         lines += [f"  {c.describe()}" for c in regressed]
         return changes, "\n".join(lines)
+
+    def regressed(self, changes: list[Change]) -> list[Change]:
+        """The changes that fail their test: clear regressions of a ``--gpu-compare-fail``
+        expression (the rest are listed only)."""
+        gates = {t.text for t in self.settings.compare_fail}
+        return [c for c in changes if c.finding == "regression" and c.threshold.text in gates]
 
     def lines(self, nodeid: str, changes: list[Change]) -> list[str]:
         """The test's lines of the comparison in the summary."""

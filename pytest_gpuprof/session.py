@@ -171,7 +171,7 @@ class GpuSession:
         record = result.record
         result.changes, regression = self.gate.compare(item.nodeid, record.to_dict())
         if regression is not None:
-            record.regressions = [c.threshold.metric for c in result.changes if c.finding == "regression"]
+            record.regressions = [c.threshold.metric for c in self.gate.regressed(result.changes)]
         if raised:
             return
         message = None

@@ -106,6 +106,8 @@ def known_metric(path: str) -> bool:
 
 # ``kernels:+N%``: every kernel's own time, by name, gated alone
 KERNELS = "kernels"
+# beside what gates, a comparison lists each kernel that changed by more than this
+LISTED_KERNELS = "kernels:+5%"
 
 Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing", "appeared", "vanished"]
 
@@ -236,6 +238,8 @@ def _split_path(path: str) -> list[str]:
     if parts is None:
         return path.split(".")
     scope, owner, name = parts
+    if scope == "kernel":  # a report keeps each kernel's time under kernel_totals
+        return ["kernel_totals", owner or ""]
     head = {"window": None, "step": "steps"}.get(scope, scope)
     return [p for p in (head, owner, name) if p is not None]
 
