@@ -3,6 +3,7 @@
 gpuprof show REPORT
 gpuprof compare BASE NEW [--fail EXPR[,EXPR...]]   exit 1 on a clear regression
 gpuprof merge A B ... -o OUT
+gpuprof history [--storage DIR] [--machine ID] [--test PATTERN] [--metric M] [-o FILE.html]
 
 Exit codes: 0 done, 1 a clear regression (compare), 2 a report or argument that cannot
 be used (the message names it).
@@ -11,13 +12,15 @@ be used (the message names it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.output.files import write_json
+from pytest_gpuprof.output.files import write_atomic, write_json
+from pytest_gpuprof.output.history import DEFAULT_METRICS
 from pytest_gpuprof.output.storage import BaselineError, load
 from pytest_gpuprof.output.text import pct
 from pytest_gpuprof.verdict.compare import (
@@ -106,7 +109,37 @@ def _output(path: Path) -> None:
         raise BaselineError(f"-o {path}: the folder {path.parent} does not exist")
 
 
+def _history(args: argparse.Namespace) -> int:
+    from pytest_gpuprof.output import history as h
+
+    machine = h.machine_of(args.storage, args.machine)
+    series = h.history(args.storage, machine, args.test, args.metric or h.DEFAULT_METRICS)
+    if not series:
+        raise BaselineError(
+            f"no stored run of machine {machine} under {args.storage} has a test matching {args.test!r}"
+        )
+    if args.output is None:
+        print("\n".join(h.table(series)))
+        return 0
+    _output(args.output)
+    try:
+        write_atomic(args.output, h.page(series, machine))
+    except OSError as e:
+        raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
+    marked = sum(len(s.changes) for s in series)
+    print(f"history of {len({s.test for s in series})} tests, {marked} change point(s), written to {args.output}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away (``| head``): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from pytest_gpuprof import __version__
 
     parser = argparse.ArgumentParser(prog="gpuprof", description="read, compare and merge pytest-gpuprof reports")
@@ -135,11 +168,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p_merge.add_argument("reports", type=Path, nargs="+", help="reports; a test in several keeps the last one's")
     p_merge.add_argument("-o", "--output", type=Path, required=True, help="the merged report (a file)")
+    p_history = commands.add_parser(
+        "history",
+        help="each test's metrics across the stored baselines, with their change points",
+        description="lay out, for every test and metric, the stored baselines of one machine in order, and "
+        "mark the change points: a level shift beyond the noise of the runs around it (the runs on each "
+        "side separated, the shift over 3x their spread), never a single outlier",
+    )
+    p_history.add_argument("--storage", type=Path, default=Path(".gpuprof"), help="baseline folder (default .gpuprof)")
+    p_history.add_argument("--machine", default=None, help="machine id (needed where several are stored)")
+    p_history.add_argument("--test", default="*", metavar="PATTERN", help="test ids to show (fnmatch), default all")
+    p_history.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        metavar="M",
+        help=f"a metric to show (repeatable), default {', '.join(DEFAULT_METRICS)}",
+    )
+    p_history.add_argument(
+        "-o", "--output", type=Path, default=None, metavar="FILE.html", help="a page of trend charts"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "show":
             print("\n".join(show(load(args.report))))
             return 0
+        if args.command == "history":
+            return _history(args)
         if args.command == "compare":
             lines, regressed = compare(load(args.base), load(args.new), args.fail)
             print("\n".join(lines))
@@ -157,13 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         # a report that passed the checks of ``load`` but holds fields of the wrong shape
-        read = (
-            [args.report]
-            if args.command == "show"
-            else [args.base, args.new]
-            if args.command == "compare"
-            else args.reports
-        )
+        read = {
+            "show": lambda: [args.report],
+            "compare": lambda: [args.base, args.new],
+            "merge": lambda: args.reports,
+            "history": lambda: [args.storage],
+        }[args.command]()
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)
         return 2

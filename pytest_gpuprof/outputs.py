@@ -122,12 +122,12 @@ class Outputs:
         if s.report is None and s.save is None and s.html is None and not summary:
             return True
         from pytest_gpuprof.output.files import write_atomic, write_json
-        from pytest_gpuprof.output.report import build_report, markdown_summary
+        from pytest_gpuprof.output.report import build_report, markdown_summary, revision
 
         if not (views or crashed or s.configured):
             return True  # only the step summary asked for, and nothing measured: nothing to start for it
         tests, merged = self.merged(views, crashed, machine)
-        report = build_report(tests, merged)
+        report = build_report(tests, merged, revision(self.config.rootpath))
         if partial:
             report["partial"] = partial
         if not tests:

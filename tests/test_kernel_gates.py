@@ -84,3 +84,63 @@ def test_the_kernel_gate_takes_slower_only():
     for bad in ("kernels:-2%", "kernels:+2pt"):
         with pytest.raises(CompareError, match="gates each kernel's time"):
             parse_thresholds(bad)
+
+
+HISTORY = """
+import os
+
+def test_loop(gpu_workload, gpuprof):
+    ms = float(os.environ["MS"])
+    gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=0)
+"""
+
+
+def _history(pytester, monkeypatch, levels):
+    pytester.makepyfile(HISTORY)
+    for i, ms in enumerate(levels):
+        monkeypatch.setenv("MS", str(ms))
+        pytester.runpytest(f"--gpu-save=run{i}").assert_outcomes(passed=1)
+    return pytester.path / ".gpuprof"
+
+
+def test_history_marks_a_ten_percent_step_at_the_fourth_run_and_only_it(pytester, monkeypatch, capsys):
+    from pytest_gpuprof import cli
+
+    stored = _history(pytester, monkeypatch, [10, 10, 10, 11, 11, 11])
+    capsys.readouterr()  # the runs' own output
+    assert cli.main(["history", "--storage", str(stored), "--metric", "kernel_ms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("kernel_ms  (6 runs, 1 change point(s))")
+    changed = [line for line in lines[1:] if "<- change" in line]
+    assert len(changed) == 1 and changed[0].lstrip().startswith("0004_run3") and "+10.0%" in changed[0]
+
+
+def test_history_of_equal_runs_has_no_change_point_and_writes_a_page(pytester, monkeypatch, capsys, tmp_path):
+    from pytest_gpuprof import cli
+
+    stored = _history(pytester, monkeypatch, [10] * 6)
+    capsys.readouterr()
+    assert cli.main(["history", "--storage", str(stored)]) == 0
+    assert "<- change" not in capsys.readouterr().out
+    page = tmp_path / "history.html"
+    assert cli.main(["history", "--storage", str(stored), "-o", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("<section") == 3 and 'class="change"' not in text  # wall, kernels, utilization
+
+
+def test_a_baseline_records_its_commit_and_branch(pytester, monkeypatch):
+    import json
+    import subprocess
+
+    pytester.makepyfile(HISTORY)
+    subprocess.run(["git", "init", "-q", "-b", "feature"], cwd=pytester.path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x"],
+        cwd=pytester.path,
+        check=True,
+    )
+    monkeypatch.setenv("MS", "1")
+    pytester.runpytest("--gpu-save=main").assert_outcomes(passed=1)
+    (saved,) = (pytester.path / ".gpuprof").glob("*/*.json")
+    report = json.loads(saved.read_text())
+    assert report["branch"] == "feature" and len(report["commit"]) == 40 and report["created"]

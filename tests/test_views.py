@@ -299,3 +299,20 @@ def test_a_page_of_two_thousand_tests_loads_sorts_and_filters(tmp_path):
     print(f"\n2,000 tests: loaded in {loaded:.0f} ms, sorted in {sorted_ms:.0f} ms (headless Chromium)")
     failed = chromium("--dump-dom", page.as_uri() + "#failed=1").stdout
     assert failed.count("<tr data-index=") == 8 and "8 of 2000 tests shown" in failed
+
+
+@needs_chromium
+def test_the_history_page_draws_the_band_the_medians_and_the_change_point(tmp_path):
+    from pytest_gpuprof.analysis.changepoints import change_points
+    from pytest_gpuprof.output.history import Run, Series, page
+
+    medians = [20.0, 20.1, 19.9, 22.0, 22.1, 21.9]
+    runs = tuple(
+        Run(f"{i + 1:04d}_main", "2026-12-01", f"c{i}abcdef", (m - 0.1, m, m + 0.2)) for i, m in enumerate(medians)
+    )
+    series = Series("t.py::test_loop", "kernel_ms", runs, tuple(change_points(medians)))
+    path = tmp_path / "history.html"
+    path.write_text(page([series], "cuda-x"))
+    dom = chromium("--dump-dom", path.as_uri()).stdout
+    assert dom.count('class="band"') == 1 and dom.count("<circle") == 6
+    assert 'class="change"' in dom and "change +10.0% at c3abcdef" in dom

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import platform
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
@@ -106,13 +108,31 @@ def machine_record(device: dict[str, Any], truth: str) -> dict[str, Any]:
     return {"id": machine_id(machine), **machine}
 
 
-def build_report(tests: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, Any]:
+def build_report(
+    tests: list[dict[str, Any]], machine: dict[str, Any], source: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A report: when, on what, from which commit and branch (``source``), and the tests."""
     return {
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **(source or {}),
         "machine": machine,
         "tests": tests,
     }
+
+
+def revision(folder: Path) -> dict[str, str]:
+    """The commit and branch of the git checkout holding ``folder``; none outside one."""
+    out: dict[str, str] = {}
+    for key, args in (("commit", ["rev-parse", "HEAD"]), ("branch", ["rev-parse", "--abbrev-ref", "HEAD"])):
+        try:
+            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        if done.returncode != 0 or not done.stdout.strip():
+            return {}
+        out[key] = done.stdout.strip()
+    return out
 
 
 HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")

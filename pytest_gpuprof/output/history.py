@@ -1,0 +1,170 @@
+"""``gpuprof history``: each test's metrics across the stored baselines of one machine, in
+order, with the change points found in them (``analysis.changepoints``): a table in the
+terminal, or a self-contained HTML page of trend charts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
+from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.output import storage
+from pytest_gpuprof.verdict.compare import samples_of
+
+DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One stored baseline's figures of one test and metric."""
+
+    name: str  # NNNN_NAME
+    created: str
+    commit: str
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        ordered = sorted(self.samples)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    test: str
+    metric: str
+    runs: tuple[Run, ...]
+    changes: tuple[ChangePoint, ...]
+
+
+def machine_of(folder: Path, wanted: str | None) -> str:
+    """The machine id whose baselines to read: ``wanted``, or the only one stored."""
+    machines = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    if wanted is not None:
+        if wanted not in machines:
+            raise storage.BaselineError(
+                f"no baselines of machine {wanted} under {folder}; stored: {machines or 'none'}"
+            )
+        return wanted
+    if len(machines) != 1:
+        what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
+        raise storage.BaselineError(f"{folder} holds {what}: name one with --machine")
+    return machines[0]
+
+
+def history(folder: Path, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS) -> list[Series]:
+    """Every test matching ``pattern``, each metric, over the machine's baselines in order."""
+    reports = [(path.stem, storage.load(path)) for path in storage.baselines(folder, machine)]
+    tests = sorted({t["nodeid"] for _, r in reports for t in r["tests"] if fnmatch.fnmatchcase(t["nodeid"], pattern)})
+    out = []
+    for nodeid in tests:
+        for metric in metrics:
+            runs = []
+            for name, report in reports:
+                test = next((t for t in report["tests"] if t["nodeid"] == nodeid), None)
+                samples = samples_of(test, metric) if test is not None else []
+                if samples:
+                    commit = str(report.get("commit", ""))[:10]
+                    runs.append(Run(name, str(report.get("created", "")), commit, tuple(samples)))
+            if runs:
+                points = change_points([r.median for r in runs])
+                out.append(Series(nodeid, metric, tuple(runs), tuple(points)))
+    return out
+
+
+def _shown(metric: str, value: float) -> str:
+    return f"{100 * value:.2f}%" if is_fraction(metric) else f"{value:.3f}"
+
+
+def table(series: Sequence[Series]) -> list[str]:
+    """The history in the terminal: per test and metric, one line a run, change points marked."""
+    lines = []
+    for s in series:
+        lines.append(f"{s.test}  {s.metric}  ({len(s.runs)} runs, {len(s.changes)} change point(s))")
+        marks = {c.index: c for c in s.changes}
+        for i, run in enumerate(s.runs):
+            low, high = min(run.samples), max(run.samples)
+            mark = marks.get(i)
+            shift = f"  <- change {100 * mark.relative:+.1f}%" if mark is not None else ""
+            lines.append(
+                f"  {run.name:<24} {run.commit:<10} {_shown(s.metric, run.median):>12}"
+                f"  ({_shown(s.metric, low)} .. {_shown(s.metric, high)}){shift}"
+            )
+    return lines
+
+
+def page(series: Sequence[Series], machine: str) -> str:
+    """One self-contained page: a trend chart per test and metric, its rounds as a band
+    (lowest to highest), the medians as a line, each change point marked with its commit."""
+    charts = "\n".join(_chart(s, i) for i, s in enumerate(series))
+    data = json.dumps([{"test": s.test, "metric": s.metric, "changes": [c.index for c in s.changes]} for s in series])
+    safe = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return _PAGE.format(machine=html.escape(machine), charts=charts, data=safe)
+
+
+def _chart(s: Series, number: int) -> str:
+    width, height, left, top, bottom = 900, 220, 70, 16, 40
+    lows = [min(r.samples) for r in s.runs]
+    highs = [max(r.samples) for r in s.runs]
+    lo, hi = min(lows), max(highs)
+    pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    n = len(s.runs)
+
+    def x(i: int) -> float:
+        return left + (width - left - 20) * (i / (n - 1) if n > 1 else 0.5)
+
+    def y(v: float) -> float:
+        return top + (height - top - bottom) * (1 - (v - lo) / (hi - lo))
+
+    band = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(highs))
+    band += " " + " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in reversed(list(enumerate(lows))))
+    line = " ".join(f"{x(i):.1f},{y(r.median):.1f}" for i, r in enumerate(s.runs))
+    parts = [
+        f'<polygon class="band" points="{band}" fill="#9cc3ea" fill-opacity="0.45"/>',
+        f'<polyline class="median" points="{line}" fill="none" stroke="#1f5fa8" stroke-width="1.5"/>',
+        f'<text x="4" y="{y(hi - pad) + 4:.1f}" font-size="10">{html.escape(_shown(s.metric, hi - pad))}</text>',
+        f'<text x="4" y="{y(lo + pad) + 4:.1f}" font-size="10">{html.escape(_shown(s.metric, lo + pad))}</text>',
+    ]
+    for i, run in enumerate(s.runs):
+        tip = html.escape(f"{run.name} {run.commit} {run.created}: {_shown(s.metric, run.median)}")
+        parts.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(run.median):.1f}" r="3" fill="#1f5fa8"><title>{tip}</title></circle>'
+        )
+        label = html.escape(run.name.split("_", 1)[0])
+        parts.append(f'<text x="{x(i) - 10:.1f}" y="{height - bottom + 14}" font-size="9">{label}</text>')
+    for c in s.changes:
+        run = s.runs[c.index]
+        cx = (x(c.index - 1) + x(c.index)) / 2
+        text = html.escape(f"change {100 * c.relative:+.1f}% at {run.commit or run.name}")
+        parts.append(
+            f'<line class="change" x1="{cx:.1f}" x2="{cx:.1f}" y1="{top}" y2="{height - bottom}" stroke="#c0392b" stroke-dasharray="4 3"/>'
+        )
+        parts.append(f'<text x="{cx + 4:.1f}" y="{top + 10}" font-size="10" fill="#c0392b">{text}</text>')
+    title = html.escape(f"{s.test}: {s.metric}")
+    return (
+        f'<section data-index="{number}"><h2>{title}</h2>'
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">{"".join(parts)}</svg></section>'
+    )
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>pytest-gpuprof history</title>
+<style>body{{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}}h1{{font-size:18px}}
+h2{{font-size:14px;margin:14px 0 4px;overflow-wrap:anywhere}}svg{{border:1px solid #ddd;background:#fff}}</style>
+</head><body><h1>pytest-gpuprof: history of machine {machine}</h1>
+<p>Each chart: the rounds of every stored run as a band (lowest to highest), the medians as a line, and the change
+points (a level shift beyond the noise of the runs around it) as dashed lines with their commit.</p>
+{charts}
+<script type="application/json" id="data">{data}</script>
+</body></html>
+"""
