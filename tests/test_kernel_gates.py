@@ -144,3 +144,17 @@ def test_a_baseline_records_its_commit_and_branch(pytester, monkeypatch):
     (saved,) = (pytester.path / ".gpuprof").glob("*/*.json")
     report = json.loads(saved.read_text())
     assert report["branch"] == "feature" and len(report["commit"]) == 40 and report["created"]
+
+
+def test_a_kernel_too_small_to_matter_is_not_gated():
+    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+
+    def test(fill, gemm):
+        totals = {"fill": fill, "gemm": gemm}
+        rounds = {f"kernels.{k}.total_ms": {"samples": [v] * 5} for k, v in totals.items()}
+        return {"metrics": {"kernel_ms": fill + gemm, "kernel_totals": totals}, "rounds": rounds}
+
+    changes = compare_tests(parse_thresholds("kernels:+0.5%"), test(0.005, 30.0), test(0.0054, 30.0))
+    assert [c.kernel for c in changes] == ["gemm"]  # the 5 us fill kernel, +8%, is under 1% of the kernel time
+    changes = compare_tests(parse_thresholds("kernels:+0.5%"), test(0.5, 30.0), test(0.54, 30.0))
+    assert {c.kernel: c.finding for c in changes} == {"fill": "regression", "gemm": "unchanged"}
