@@ -349,3 +349,20 @@ def test_a_device_to_device_copy_never_sets_a_steps_host_bandwidth():
         "d2h": {"bytes": 20_000_000, "gbps": pytest.approx(20.0)},
         "d2d": {"bytes": 1_000_000_000, "gbps": pytest.approx(1000.0)},
     }
+
+
+def test_work_from_threads_that_opened_no_step_is_counted_apart_and_said_so():
+    # JAX issues a device_put's copy from its runtime threads: none of them opened a step
+    steps = (Span("upload", 1, 0, 5 * MS, span_id=1), Span("compute", 1, 5 * MS, 10 * MS, span_id=2))
+    device = (
+        DeviceInterval("memcpy", 1 * MS, 4 * MS, name="HTOD", bytes=64 << 20, thread=77, issued=1 * MS),
+        DeviceInterval("kernel", 6 * MS, 9 * MS, thread=1, issued=5 * MS + 1),
+    )
+    m = metrics.compute(Timeline(0, 10 * MS, "cupti", steps, (), device))
+    assert m.steps["upload"].bytes == 0 and m.copy_ms == 3.0
+    assert any(
+        n.startswith("1 copies (67,108,864 bytes) and 0 kernels came from 1 thread(s) that opened no step")
+        for n in m.notes
+    )
+    alone = metrics.compute(Timeline(0, 10 * MS, "cupti", steps, (), device[1:]))
+    assert not any("opened no step" in n for n in alone.notes)

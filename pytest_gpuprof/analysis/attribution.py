@@ -19,7 +19,7 @@ import numpy as np
 
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import NO_SPAN, DeviceWork
-from pytest_gpuprof.analysis.model import UNATTRIBUTED, DeviceInterval, Span
+from pytest_gpuprof.analysis.model import KINDS, UNATTRIBUTED, DeviceInterval, Span
 
 
 def issuers(steps: Sequence[Span], device: Sequence[DeviceInterval]) -> list[int | None]:
@@ -98,6 +98,30 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
         return {int(found[0]): device}
     groups = np.split(order, first[1:])
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
+
+
+def stepless_note(steps: Sequence[Span], device: DeviceWork, window: iv.Interval) -> str | None:
+    """What came from threads that opened no step while the test's own threads did (a
+    framework's runtime threads: JAX issues its copies from them): counted in the window's
+    figures and in no step's, and said so, never a silent 0 on the step that caused it."""
+    threads = {s.thread for s in steps}
+    if not threads or not len(device):
+        return None
+    rows = device.rows
+    inside = (rows["end"] > window[0]) & (rows["start"] < window[1])
+    apart = inside & (rows["span_id"] == NO_SPAN) & (rows["thread"] != 0) & ~np.isin(rows["thread"], list(threads))
+    if not apart.any():
+        return None
+    kinds = rows["kind"][apart]
+    copies = kinds == KINDS.index("memcpy")
+    nbytes = int(rows["bytes"][apart][copies].sum())
+    kernels = int(np.count_nonzero(kinds == KINDS.index("kernel")))
+    others = len(set(rows["thread"][apart].tolist()))
+    return (
+        f"{int(np.count_nonzero(copies)):,} copies ({nbytes:,} bytes) and {kernels:,} kernels came from "
+        f"{others} thread(s) that opened no step (a framework's runtime threads): they count in the window "
+        "and in no step"
+    )
 
 
 def enclosing(steps: Sequence[Span]) -> dict[int, frozenset[str]]:

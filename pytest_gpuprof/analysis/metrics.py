@@ -147,6 +147,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     utilization = _ratio(kernel_ns, wall)
     launched = int(np.count_nonzero(kernel_work.inside(window)))
     traced = launch_bound_note(timeline.truth, launched, wall)
+    apart = attribution.stepless_note(timeline.steps, timeline.device, window)
     reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
     sm_utilization = None
     if reason is None and timeline.sm is not None:
@@ -177,6 +178,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
             *timeline.notes,
             *declared_against_copied(timeline.steps, seen.work, window),
             *([traced] if traced else []),
+            *([apart] if apart else []),
         ),
         what_if={name: p for name, p in scenarios.items() if p is not None},
         sm_utilization=sm_utilization,

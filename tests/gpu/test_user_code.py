@@ -251,3 +251,34 @@ def test_copies_by_direction_and_kernel_names_as_nsight_shows_them(gpuprof):
     assert step.gbps < 100  # a host link's rate, not the device memory's
     assert all(not k.name.startswith("_Z") for k in m.top_kernels)
     assert any(k.mangled.startswith("_Z") and k.name != k.mangled for k in m.top_kernels)
+
+
+def test_jax_copies_are_tied_to_their_step_or_counted_apart(gpuprof):
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the device to the other tests
+    jax = pytest.importorskip("jax")
+    np = pytest.importorskip("numpy")
+    arrays = [np.full((4096, 4096), float(i), dtype=np.float32) for i in range(12)]
+    matmul = jax.jit(lambda x: (x @ x).sum())
+
+    def loop():
+        put = []
+        with gpuprof.step("upload"):
+            for a in arrays:
+                put.append(jax.device_put(a))
+        with gpuprof.step("compute"):
+            total = sum(matmul(x) for x in put)
+        jax.block_until_ready(total)
+
+    m = gpuprof.measure(loop, rounds=3, warmup=1)
+    upload = m.steps["upload"]
+    apart = [n for n in m.notes if "opened no step" in n]
+    print(f"\njax: upload bytes {upload.bytes:,}, gbps {upload.gbps}, copy_ms {m.copy_ms:.2f}, notes {apart}")
+    nbytes = sum(a.nbytes for a in arrays)
+    # tied to the step that called device_put, or counted apart and said so: never a silent 0
+    if upload.bytes != nbytes:
+        import re
+
+        counted = int(re.search(r"\(([\d,]+) bytes\)", apart[0])[1].replace(",", "")) if apart else 0
+        assert counted >= nbytes, f"the copies were neither tied to 'upload' nor counted apart: {m.notes}"
