@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,14 @@ class Sampler(Protocol):
     def samples(self, lo: int, hi: int) -> list[Sample]:
         """The samples taken between ``lo`` and ``hi`` (host clock, ns)."""
         ...
+
+    def others(self, since_s: float) -> dict[int, int]:
+        """Other processes' highest SM utilization on the device since ``since_s``, by pid."""
+        ...
+
+
+# another process's SM utilization (percent) from which a window says it shared the device
+OTHER_PROCESS_SM = 5
 
 
 @dataclass
@@ -93,6 +102,7 @@ class WindowCollector:
         collecting = gc.isenabled()
         gc.disable()
         edge = self.gpm.edge() if self.gpm is not None else None
+        started_s = time.time()  # NVML's per-process samples are stamped in wall time
         start = self.backend.clock.now()
         measured = False  # the body ended, or raised an error: the window is kept either way
         try:
@@ -113,7 +123,7 @@ class WindowCollector:
                     gc.enable()
                 gpm = self.gpm.since(edge) if self.gpm is not None else None
             if measured:  # not on Ctrl-C: the interrupted test is not measured
-                timeline = self.timeline(start, end, gpm)
+                timeline = self.timeline(start, end, gpm, self._shared_since(started_s))
                 out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
                 if not self.measuring:
                     self.reset()
@@ -155,7 +165,22 @@ class WindowCollector:
         self._device[:] = [joined] if len(joined) else []
         return joined
 
-    def timeline(self, start: int, end: int, gpm: dict[str, float] | None = None) -> Timeline:
+    def _shared_since(self, started_s: float) -> list[str]:
+        """A note where another process used the device during the window."""
+        if self.sampler is None:
+            return []
+        busy = {pid: sm for pid, sm in self.sampler.others(started_s).items() if sm >= OTHER_PROCESS_SM}
+        if not busy:
+            return []
+        who = ", ".join(f"pid {pid} SM up to {sm}%" for pid, sm in sorted(busy.items()))
+        return [
+            f"another process used this device during the window ({who}): CUPTI records this process's work "
+            "only, so its figures miss that load while NVML's include it"
+        ]
+
+    def timeline(
+        self, start: int, end: int, gpm: dict[str, float] | None = None, extra: list[str] | None = None
+    ) -> Timeline:
         self.collect()
         with self._lock:
             steps = tuple(s for s in (*self.spans.steps, *self.spans.open_at(end)) if s.end >= start and s.start <= end)
@@ -163,7 +188,7 @@ class WindowCollector:
             every = self._joined()
             rows = every.rows
             device = every.where((rows["end"] > start) & (rows["start"] < end))
-            notes = tuple(self._notes)
+            notes = (*self._notes, *(extra or ()))
         return Timeline(
             start,
             end,

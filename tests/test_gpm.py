@@ -85,3 +85,32 @@ def test_without_gpm_a_window_has_no_gpm_figures():
         assert done[0].metrics.gpm is None and "gpm" not in done[0].metrics.to_dict()
     finally:
         backend.close()
+
+
+def test_a_window_says_when_another_process_used_the_device():
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.capture.clock import VirtualClock
+    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.verdict.budget import Budget
+
+    class Observer:
+        def __init__(self, others):
+            self._others = others
+
+        def samples(self, lo, hi):
+            return []
+
+        def others(self, since_s):
+            return self._others
+
+    backend = HostBackend(VirtualClock())
+    try:
+        for others, noted in (({4242: 87, 4343: 2}, True), ({4343: 2}, False), ({}, False)):
+            profiler = Profiler(backend, budget=Budget(), sampler=Observer(others))
+            m = profiler.measure(lambda: backend.compute(1.0), rounds=1, warmup=0)
+            shared = [n for n in m.notes if n.startswith("another process used this device")]
+            assert bool(shared) == noted
+            if noted:
+                assert "pid 4242 SM up to 87%" in shared[0] and "4343" not in shared[0]
+    finally:
+        backend.close()

@@ -9,6 +9,7 @@ field where the driver has it (``nvmlDeviceGetPowerUsage`` is a one-second avera
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 from typing import Any
@@ -124,6 +125,21 @@ class NvmlSampler:
         with self._lock:
             times = [s.time for s in self._samples]
             return self._samples[bisect.bisect_left(times, lo) : bisect.bisect_right(times, hi)]
+
+    def others(self, since_s: float) -> dict[int, int]:
+        """Other processes' SM utilization on this device since ``since_s`` (``time.time()``),
+        the highest sample of each, by pid: NVML's per-process accounting, which sees what
+        CUPTI, tracing this process only, cannot."""
+        try:
+            found = self._nvml.nvmlDeviceGetProcessUtilization(self._handle, int(since_s * 1e6))
+        except Exception:  # no sample since then (NVML_ERROR_NOT_FOUND), or not supported
+            return {}
+        out: dict[int, int] = {}
+        for sample in found:
+            pid = int(sample.pid)
+            if pid != os.getpid() and int(sample.smUtil) > 0:
+                out[pid] = max(out.get(pid, 0), int(sample.smUtil))
+        return out
 
     def stop(self) -> None:
         self._stop.set()

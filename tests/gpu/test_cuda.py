@@ -226,3 +226,40 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         ]
     )
     result.assert_outcomes(passed=1)
+
+
+BUSY = """
+import time
+import cupy as cp
+a = cp.random.rand(4096, 4096, dtype=cp.float32)
+cp.cuda.Device().synchronize()
+print("busy", flush=True)
+end = time.time() + 8
+while time.time() < end:
+    a @ a
+    cp.cuda.Device().synchronize()
+"""
+
+
+def test_another_process_on_the_device_is_said_and_none_is_not(gpuprof):
+    import subprocess
+    import sys
+
+    def idle():
+        with gpuprof.step("wait"):
+            time.sleep(0.5)
+
+    busy = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout.readline().strip() == "busy"
+        time.sleep(1.0)
+        shared = gpuprof.measure(idle, rounds=1, warmup=0)
+    finally:
+        busy.kill()
+        busy.wait()
+    time.sleep(1.0)
+    alone = gpuprof.measure(idle, rounds=1, warmup=0)
+    noted = [n for n in shared.notes if n.startswith("another process used this device")]
+    print(f"\nshared: {noted}; NVML {shared.nvml.util_mean if shared.nvml else None}")
+    assert noted and f"pid {busy.pid} " in noted[0]
+    assert not any(n.startswith("another process") for n in alone.notes), alone.notes
