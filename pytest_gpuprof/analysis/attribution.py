@@ -33,14 +33,14 @@ def issuer_ids(steps: Sequence[Span], device: DeviceWork) -> np.ndarray:
 
     A backend's tag first; else the innermost step open on the issuing ``thread`` at the
     host time the work was ``issued``; else, for a copy, the innermost step open on its
-    ``stream`` when it started; else, for work a thread with no step issued (a framework's
-    runtime thread: JAX's copies, PyTorch's backward kernels), the step open then when it
-    is the only one: one thread had a step open at that instant, and it caused the work.
-    Where several threads had one (the two workers of the seed pipeline), it cannot be
-    known, and the work is nobody's (``stepless_note`` counts it). Steps of one thread
-    nest (they are context managers), so the innermost step open at a time is the
-    latest-started one that contains it, or one of its ancestors: numpy looks the last
-    start up and climbs to the enclosing step.
+    ``stream`` when it started. Work that a thread with no step issued (a framework's
+    runtime thread) is nobody's, and ``stepless_note`` counts it: such a thread issues
+    the work when it gets to it, not when the step asked for it (on an H200, JAX's
+    ``device_put`` copies were issued while the next step was open as often as not), so
+    the step open at that instant is not the cause. Steps of one thread nest (they are
+    context managers), so the step open at a time is the latest-started one that contains
+    it, or one of its ancestors: numpy looks the last start up and climbs to the
+    enclosing step.
     """
     rows = device.rows
     out = rows["span_id"].copy()
@@ -62,14 +62,6 @@ def issuer_ids(steps: Sequence[Span], device: DeviceWork) -> np.ndarray:
         for lane in np.unique(lane_ids).tolist():
             at = rows_asked[lane_ids == lane]
             out[at] = _innermost(lanes[lane], rows[time_of][at])
-    stepless = np.flatnonzero(
-        (out == NO_SPAN) & (rows["issued"] != 0) & (rows["thread"] != 0) & ~np.isin(rows["thread"], list(by_thread))
-    )
-    if len(stepless) and by_thread:
-        times = rows["issued"][stepless]
-        open_then = np.stack([_innermost(spans, times) for spans in by_thread.values()])
-        alone = np.count_nonzero(open_then != NO_SPAN, axis=0) == 1
-        out[stepless[alone]] = open_then.max(axis=0)[alone]  # NO_SPAN is below every id
     return out
 
 
@@ -114,9 +106,10 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
 
 
 def stepless_note(steps: Sequence[Span], device: DeviceWork, window: iv.Interval) -> str | None:
-    """What came from threads that opened no step, while several of the test's threads had
-    one open (so which caused it cannot be known): counted in the window's figures and in
-    no step's, and said so, never a silent 0 on the step that caused it."""
+    """What came from threads that opened no step while the test's own threads did (a
+    framework's runtime threads: JAX issues its copies from them, PyTorch its backward
+    kernels): counted in the window's figures and in no step's, and said so, never a
+    silent 0 on the step that caused it."""
     threads = {s.thread for s in steps}
     if not threads or not len(device):
         return None
