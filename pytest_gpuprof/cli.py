@@ -142,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from pytest_gpuprof import __version__
 
-    parser = argparse.ArgumentParser(prog="gpuprof", description="read, compare and merge pytest-gpuprof reports, and show their history")
+    parser = argparse.ArgumentParser(
+        prog="gpuprof", description="read, compare and merge pytest-gpuprof reports, and show their history"
+    )
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     p_show = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
