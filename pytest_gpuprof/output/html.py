@@ -86,11 +86,11 @@ def _predicted_lanes(m: Metrics, timeline: Timeline) -> list[dict[str, Any]]:
         if schedule is None:
             continue
         t0 = timeline.start
-        for name, lane_kind, spans in ((step, "memcpy", schedule[0]), ("the rest of each unit", "region", schedule[1])):
+        for name, spans in ((step, schedule[0]), ("the rest of each unit", schedule[1])):
             lanes.append(
                 {
                     "name": f"what if {scenario}: {name}",
-                    "kind": lane_kind,
+                    "kind": "predicted",
                     "items": [[(s - t0) / 1000, (e - t0) / 1000, f"{name} (predicted)", 1, {}] for s, e in spans],
                 }
             )
@@ -141,8 +141,8 @@ svg text{font-family:system-ui,sans-serif}svg .label{pointer-events:none}
 "use strict";
 const T0 = performance.now();
 const DATA = JSON.parse(document.getElementById("data").textContent);
-const COLORS = {step:"#7aa6d8", region:"#c9b8e8", kernel:"#2e9e4f", memcpy:"#e08a2c", memset:"#b5892f"};
-const NAMES = {step:"steps", region:"brackets (regions)", kernel:"kernels", memcpy:"copies", memset:"memsets", idle:"kernel-idle, coloured by the step charged"};
+const COLORS = {step:"#7aa6d8", region:"#c9b8e8", kernel:"#2e9e4f", memcpy:"#e08a2c", memset:"#b5892f", predicted:"#b9b9b9"};
+const NAMES = {step:"steps", region:"brackets (regions)", kernel:"kernels", memcpy:"copies", memset:"memsets", idle:"kernel-idle, coloured by the step charged", predicted:"what if (predicted)"};
 const SVGNS = "http://www.w3.org/2000/svg";
 // the timeline's geometry: lane names on the left, the plot from LABEL to W
 const W = 1200, LABEL = 240, PLOT = W - LABEL, ROW = 18, CH = 40, AXIS = 24, CHAR = 6.2;
@@ -154,7 +154,17 @@ function el(tag, attrs, text) {
 }
 function pct(x) { return x === null || x === undefined ? "-" : (100 * x).toFixed(1) + "%"; }
 function num(x) { return x === null || x === undefined ? "-" : x.toFixed(1); }
-function hue(name) { let h = 0; for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 360; return `hsl(${h},60%,62%)`; }
+// one colour per step name, the same in steps, idle and legend: a palette in order of first
+// appearance, distinct for the first ten names of a page, then hues from the name
+const PALETTE = ["#4e79a7", "#b07aa1", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#bab0ac"];  // no orange or green: the copies' and kernels'
+const named = new Map();
+function hue(name) {
+  if (!named.has(name)) {
+    let h = 0; for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 360;
+    named.set(name, named.size < PALETTE.length ? PALETTE[named.size] : `hsl(${h},60%,62%)`);
+  }
+  return named.get(name);
+}
 // a name cut to what fits in px pixels (the whole name stays in the item's tooltip)
 function fit(text, px) {
   const n = Math.floor(px / CHAR);
@@ -181,7 +191,7 @@ function renderSummary() {
     if (i === selected) row.classList.add("selected");
     row.append(el("td", {title: t.id}, t.id), el("td", {class: "num"}, num(t.metrics.wall_ms)),
       el("td", {class: "num"}, pct(t.metrics.utilization)), el("td", {class: "num"}, pct(t.metrics.reported_utilization)),
-      el("td", {class: "num"}, num(t.metrics.overhead_ms)), el("td", {}, t.verdict + (t.outcome === "failed" ? " (failed)" : "")));
+      el("td", {class: "num"}, num(t.metrics.overhead_ms)), el("td", {title: t.verdict}, t.verdict + (t.outcome === "failed" ? " (failed)" : "")));
     rows.append(row);
   }
   body.replaceChildren(rows);
