@@ -25,13 +25,13 @@ from pytest_gpuprof.output.storage import BaselineError, load
 from pytest_gpuprof.output.text import pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
-    KERNELS,
-    LISTED_KERNELS,
     CompareError,
     change_lines,
     clock_note,
     compare_tests,
     parse_thresholds,
+    regressions,
+    with_listed_kernels,
 )
 
 
@@ -59,10 +59,7 @@ def show(report: dict[str, Any]) -> list[str]:
 
 def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tuple[list[str], bool]:
     gating = parse_thresholds(expressions)
-    # the kernels that changed are listed, whether or not they gate
-    listed = [] if any(t.metric == KERNELS for t in gating) else parse_thresholds(LISTED_KERNELS)
-    thresholds = [*gating, *listed]
-    gates = {t.text for t in gating}
+    thresholds = with_listed_kernels(gating)
     by_id = {t["nodeid"]: t for t in base["tests"]}
     lines = []
     if base["machine"].get("id") != new["machine"].get("id"):
@@ -79,7 +76,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
             lines.append(f"{test['nodeid']}: {', '.join(absent)}: no such metric in either report")
             changes = [c for c in changes if c.baseline is not None or c.current is not None]
         lines += change_lines(test["nodeid"], changes, clock_note(old, test))
-        regressed |= any(c.finding == "regression" and c.threshold.text in gates for c in changes)
+        regressed |= bool(regressions(changes, gating))
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
     lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed

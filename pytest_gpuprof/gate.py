@@ -6,6 +6,7 @@ change is both beyond its threshold and clear over the rounds (``compare.judge``
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from pytest_gpuprof.config import Settings
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.compare import Change
+    from pytest_gpuprof.verdict.compare import Change, Threshold
 
 
 class Gate:
@@ -24,6 +25,14 @@ class Gate:
         self.baseline: dict[str, Any] | None = None
         self.path: Path | None = None
         self._notes: dict[str, str | None] = {}  # by test: what qualifies its comparison
+
+    @functools.cached_property
+    def _thresholds(self) -> list[Threshold]:
+        """What a comparison lists: the gating expressions (else the default ones) and the
+        kernels that changed."""
+        from pytest_gpuprof.verdict.compare import parse_thresholds, with_listed_kernels
+
+        return with_listed_kernels(self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS))
 
     def load(self, machine: dict[str, Any]) -> None:
         """Find and read the baseline; a usage error where it cannot be used."""
@@ -58,19 +67,9 @@ class Gate:
         base = self._base(nodeid)
         if base is None:
             return [], None  # no baseline, or a new test: nothing to compare with
-        from pytest_gpuprof.verdict.compare import (
-            KERNELS,
-            LISTED_KERNELS,
-            clock_note,
-            compare_tests,
-            parse_thresholds,
-        )
+        from pytest_gpuprof.verdict.compare import clock_note, compare_tests
 
-        gating = list(self.settings.compare_fail)
-        thresholds = gating or parse_thresholds(DEFAULT_THRESHOLDS)
-        if not any(t.metric == KERNELS for t in thresholds):  # the kernels that changed are listed
-            thresholds += parse_thresholds(LISTED_KERNELS)
-        changes = compare_tests(thresholds, base, test)
+        changes = compare_tests(self._thresholds, base, test)
         self._notes[nodeid] = clock_note(base, test)
         regressed = self.regressed(changes)
         if not regressed or not self.settings.compare_fail:
@@ -83,8 +82,9 @@ class Gate:
     def regressed(self, changes: list[Change]) -> list[Change]:
         """The changes that fail their test: clear regressions of a ``--gpu-compare-fail``
         expression (the rest are listed only)."""
-        gates = {t.text for t in self.settings.compare_fail}
-        return [c for c in changes if c.finding == "regression" and c.threshold.text in gates]
+        from pytest_gpuprof.verdict.compare import regressions
+
+        return regressions(changes, self.settings.compare_fail)
 
     def lines(self, nodeid: str, changes: list[Change]) -> list[str]:
         """The test's lines of the comparison in the summary."""

@@ -149,8 +149,7 @@ class GpuSession:
             failed_by=failed_by,
             unjudged=list(verdict.unjudged),
         )
-        result = self.results[nodeid] = TestResult(record, window.timeline)
-        result.primary = primary
+        result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
         return result
 
     def judge(self, item: pytest.Item, *, raised: bool = False) -> None:
@@ -159,11 +158,12 @@ class GpuSession:
         profiler = item.stash.get(PROFILER, None)
         if profiler is None:
             return
-        refused = list(getattr(self.backend.clock, "refused", ()))
+        refused = self.backend.clock.refused
         if refused:  # a thread the virtual clock cannot follow: the test is refused, not measured
-            self.backend.clock.refused.clear()  # type: ignore[attr-defined]
+            refusal = "\n".join(refused)
+            refused.clear()
             if not raised:
-                pytest.fail("\n".join(refused), pytrace=False)
+                pytest.fail(refusal, pytrace=False)
             return
         result = self.record(item.nodeid, profiler)
         if result is None:
@@ -180,9 +180,10 @@ class GpuSession:
             where = (window.label, result.primary, len(profiler.windows)) if len(profiler.windows) > 1 else None
             message = failure_message(record.breaches, record.metrics, window=where)
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        for line in [*record.unjudged, *profiler.problems()]:
-            # neither kept nor breached: said so, never a failure
-            _warn(item, f"GPU budget not judged: {line}" if line in record.unjudged else f"gpuprof: {line}")
+        for line in record.unjudged:  # neither kept nor breached: said so, never a failure
+            _warn(item, f"GPU budget not judged: {line}")
+        for line in profiler.problems():  # steps made and never entered, or never left
+            _warn(item, f"gpuprof: {line}")
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
         if failures:

@@ -91,9 +91,11 @@ def _innermost(spans: Sequence[Span], times: np.ndarray) -> np.ndarray:
     return ids[index + 1]
 
 
-def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceWork]:
-    """The device work of each step that issued some, by ``span_id``."""
-    ids = issuer_ids(steps, device)
+def work_by_step(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray | None = None) -> dict[int, DeviceWork]:
+    """The device work of each step that issued some, by ``span_id`` (``ids``: each row's
+    issuer, where the caller has them already)."""
+    if ids is None:
+        ids = issuer_ids(steps, device)
     issued = np.flatnonzero(ids != NO_SPAN)
     if not len(issued):
         return {}
@@ -105,18 +107,17 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork) -> dict[int, DeviceW
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
 
 
-def stepless_note(steps: Sequence[Span], device: DeviceWork, window: iv.Interval) -> str | None:
+def stepless_note(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray, window: iv.Interval) -> str | None:
     """What came from threads that opened no step while the test's own threads did (a
     framework's runtime threads: JAX issues its copies from them, PyTorch its backward
     kernels): counted in the window's figures and in no step's, and said so, never a
-    silent 0 on the step that caused it."""
+    silent 0 on the step that caused it. ``ids``: each row's issuer (``issuer_ids``)."""
     threads = {s.thread for s in steps}
     if not threads or not len(device):
         return None
     rows = device.rows
     inside = (rows["end"] > window[0]) & (rows["start"] < window[1])
-    nobody = issuer_ids(steps, device) == NO_SPAN
-    apart = inside & nobody & (rows["thread"] != 0) & ~np.isin(rows["thread"], list(threads))
+    apart = inside & (ids == NO_SPAN) & (rows["thread"] != 0) & ~np.isin(rows["thread"], list(threads))
     if not apart.any():
         return None
     kinds = rows["kind"][apart]

@@ -17,7 +17,6 @@ import numpy as np
 from pytest_gpuprof.analysis import attribution, sm_metrics, whatif
 from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis import intervals as iv
-from pytest_gpuprof.analysis.attribution import work_by_step
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
@@ -138,16 +137,18 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     kernel_work = device.where(device.of_kind("kernel"))
     busy_ns = iv.covered_length(device.spans(), window)
     copy_ns = iv.covered_length(device.where(device.of_kind("memcpy")).spans(), window)
-    seen = _whatif_window(timeline, kernel_work)
+    ids = attribution.issuer_ids(timeline.steps, device)
+    seen = _whatif_window(timeline, kernel_work, ids)
     kernel_ns = seen.kernel_ns
 
-    charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, _transfers(seen))
+    moves = _moves(seen)
+    charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, _transfers(seen, moves))
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
     launched = int(np.count_nonzero(kernel_work.inside(window)))
     traced = launch_bound_note(timeline.truth, launched, wall)
-    apart = attribution.stepless_note(timeline.steps, timeline.device, window)
+    apart = attribution.stepless_note(timeline.steps, device, ids, window)
     reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
     sm_utilization = None
     if reason is None and timeline.sm is not None:
@@ -171,7 +172,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
             charged,
             window,
             timeline.sm if reason is None else None,
-            attribution.inclusive_idle(timeline.steps, seen.idle, _moves(seen), charged),
+            attribution.inclusive_idle(timeline.steps, seen.idle, moves, charged),
         ),
         nvml=nvml_metrics(timeline.samples, window),
         notes=(
@@ -215,11 +216,12 @@ _NO_SMS = {
 }
 
 
-def _transfers(seen: whatif.Window) -> dict[str, np.ndarray]:
-    """The copies and memsets of each step, by name: what idle is charged to device first."""
+def _transfers(seen: whatif.Window, moves: dict[int, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The copies and memsets of each step, by name: what idle is charged to device first
+    (``moves``: ``_moves(seen)``, where the caller has it already)."""
     names = {s.span_id: s.name for s in seen.steps}
     transfers: dict[str, list[np.ndarray]] = defaultdict(list)
-    for span_id, spans in _moves(seen).items():
+    for span_id, spans in (_moves(seen) if moves is None else moves).items():
         if span_id in names:  # tagged by a step outside the window: its work is nobody's here
             transfers[names[span_id]].append(spans)
     return {name: np.concatenate(spans) for name, spans in transfers.items()}
@@ -247,9 +249,12 @@ def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], 
     return whatif.overlap_schedule(_whatif_window(timeline), step)
 
 
-def _whatif_window(timeline: Timeline, kernels: DeviceWork | None = None) -> whatif.Window:
+def _whatif_window(
+    timeline: Timeline, kernels: DeviceWork | None = None, ids: np.ndarray | None = None
+) -> whatif.Window:
     """The window as attribution and the scenarios see it: kernel time, idle, work by step
-    (``kernels``: the window's, where the caller has them already)."""
+    (``kernels``, ``ids``: the window's kernels and each row's issuer, where the caller has
+    them already)."""
     window = (timeline.start, timeline.end)
     if kernels is None:
         kernels = timeline.device.where(timeline.device.of_kind("kernel"))
@@ -260,7 +265,7 @@ def _whatif_window(timeline: Timeline, kernels: DeviceWork | None = None) -> wha
         kernel_ns=int((kernel_union[:, 1] - kernel_union[:, 0]).sum()),
         idle=iv.holes(kernel_union, window),
         steps=timeline.steps,
-        work=work_by_step(timeline.steps, timeline.device),
+        work=attribution.work_by_step(timeline.steps, timeline.device, ids),
     )
 
 

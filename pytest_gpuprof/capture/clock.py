@@ -54,6 +54,9 @@ class Clock(Protocol):
     """Time and the blocking primitives that go with it."""
 
     virtual: bool
+    # what threads the clock cannot follow tried to do (the virtual clock's; always empty
+    # on the real one), for the test's verdict
+    refused: list[str]
 
     def now(self) -> int:
         """Nanoseconds on this clock (``perf_counter_ns`` for the real one)."""
@@ -81,6 +84,9 @@ class Clock(Protocol):
 
 class RealClock:
     virtual = False
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
 
     @staticmethod
     def now() -> int:

@@ -158,7 +158,7 @@ function num(x) { return x === null || x === undefined ? "-" : x.toFixed(1); }
 // appearance, distinct for the first ten names of a page, then hues from the name
 const PALETTE = ["#4e79a7", "#b07aa1", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#bab0ac"];  // no orange or green: the copies' and kernels'
 const named = new Map();
-function hue(name) {
+function colour(name) {
   if (!named.has(name)) {
     let h = 0; for (const c of name) h = (h * 31 + c.charCodeAt(0)) % 360;
     named.set(name, named.size < PALETTE.length ? PALETTE[named.size] : `hsl(${h},60%,62%)`);
@@ -291,7 +291,7 @@ function legend(t) {  // what is on the page, and nothing else
   const names = new Set();
   for (const lane of t.lanes) if (lane.kind === "step" || lane.kind === "idle") for (const it of lane.items) names.add(it[2]);
   for (const name of names) {
-    const s = el("span", {title: name}); s.append(el("i", {style: `background:${hue(name)}`}), document.createTextNode(fit(name, 200)));
+    const s = el("span", {title: name}); s.append(el("i", {style: `background:${colour(name)}`}), document.createTextNode(fit(name, 200)));
     l.append(s);
   }
   return l;
@@ -335,7 +335,7 @@ function draw(svg, t) {
       // idle gap narrower than a pixel is drawn faint, not as a pixel of solid idle
       const opacity = lane.kind === "idle" ? Math.min(1, Math.max(0.15, raw))
         : args && typeof args.SMs === "number" ? Math.max(0.15, args.SMs) : 1;
-      const fill = lane.kind === "step" || lane.kind === "idle" ? hue(label) : COLORS[lane.kind] || "#888";
+      const fill = lane.kind === "step" || lane.kind === "idle" ? colour(label) : COLORS[lane.kind] || "#888";
       const top = y + row * ROW + 2;
       const r = el("svg:rect", {x, y: top, width: w, height: ROW - 4, "fill-opacity": opacity, fill, class: "item"});
       if (w > 4) { r.setAttribute("stroke", "#fff"); r.setAttribute("stroke-width", 0.5); }  // neighbours apart

@@ -268,8 +268,3 @@ def judge(budget: Budget, metrics: Metrics) -> Verdict:
     if budget.empty:
         return Verdict(budget)
     return Verdict(budget, tuple(evaluate(budget, metrics)), tuple(not_measured(budget, metrics)))
-
-
-def breaches_of(budget: Budget, metrics: Metrics) -> list[Breach]:
-    """``judge``'s breaches."""
-    return list(judge(budget, metrics).breaches)

@@ -99,6 +99,21 @@ def parse_thresholds(text: str) -> list[Threshold]:
     return out
 
 
+def with_listed_kernels(thresholds: Sequence[Threshold]) -> list[Threshold]:
+    """``thresholds`` and, unless one of them gates kernels already, ``LISTED_KERNELS``: a
+    comparison lists the kernels that changed, whatever gates."""
+    if any(t.metric == KERNELS for t in thresholds):
+        return list(thresholds)
+    return [*thresholds, *parse_thresholds(LISTED_KERNELS)]
+
+
+def regressions(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[Change]:
+    """The changes that fail: clear regressions of a ``gating`` expression (the rest are
+    listed only)."""
+    gates = {t.text for t in gating}
+    return [c for c in changes if c.finding == "regression" and c.threshold.text in gates]
+
+
 def known_metric(path: str) -> bool:
     """Whether ``path`` names a metric a compare expression can gate (``descriptors``)."""
     return descriptors.comparable(path)
