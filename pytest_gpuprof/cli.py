@@ -22,7 +22,7 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
 from pytest_gpuprof.output.storage import BaselineError, load
-from pytest_gpuprof.output.text import pct
+from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
     CompareError,
@@ -54,6 +54,10 @@ def show(report: dict[str, Any]) -> list[str]:
             f"utilization {pct(metrics.get('utilization'))}, reported {pct(metrics.get('reported_utilization'))}"
             + (f", breaches {', '.join(b.get('key', '?') for b in breaches)}" if breaches else "")
         )
+        codes = [(c["where"], c["ms"]) for c in metrics.get("idle_by_code") or ()]
+        explained = host_in(codes, metrics.get("unattributed_ms"))
+        if explained:
+            lines.append(f"  unattributed {metrics['unattributed_ms']:.1f} ms, host in: {explained}")
     return lines
 
 

@@ -29,7 +29,14 @@ BACKENDS: tuple[BackendChoice, ...] = ("auto", "cuda", "host")
 HostClock = Literal["real", "virtual"]
 HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
 # choices, by key of [tool.gpuprof]
-_CHOICES: dict[str, tuple[str, ...]] = {"backend": BACKENDS, "host_clock": HOST_CLOCKS}
+Switch = Literal["on", "off"]
+SWITCH: tuple[Switch, ...] = ("on", "off")
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "backend": BACKENDS,
+    "host_clock": HOST_CLOCKS,
+    "nvtx": SWITCH,
+    "sample": SWITCH,
+}
 
 
 def _options() -> list[tuple[str, dict[str, Any]]]:
@@ -86,6 +93,18 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
     add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
     add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
     add(
+        "--gpu-nvtx",
+        choices=SWITCH,
+        default=None,
+        help="NVTX ranges of every thread as steps (CUPTI only; default on)",
+    )
+    add(
+        "--gpu-sample",
+        choices=SWITCH,
+        default=None,
+        help="sample the host's Python stacks to name the code behind unattributed idle (default on)",
+    )
+    add(
         "--gpu-summary",
         default="20",
         metavar="N|all",
@@ -134,6 +153,9 @@ class Settings:
     configured: bool = False
     # rows of the terminal table (None: all)
     summary_rows: int | None = 20
+    # NVTX ranges as steps (CUPTI); sampled host stacks for idle_by_code
+    nvtx: bool = True
+    sample: bool = True
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -210,6 +232,8 @@ class Settings:
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
             summary_rows=summary_rows,
+            nvtx=pick("--gpu-nvtx", "nvtx", "on") == "on",
+            sample=pick("--gpu-sample", "sample", "on") == "on",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
 

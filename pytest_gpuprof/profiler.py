@@ -24,6 +24,7 @@ from pytest_gpuprof.windows import Sampler, Window, WindowCollector
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.gpm import Gpm
+    from pytest_gpuprof.capture.stacks import StackSampler
 
 
 class GpuBudgetExceeded(AssertionError):
@@ -48,6 +49,7 @@ class Profiler:
         pinned_gbps: Callable[[], float] | None = None,
         gpm: Gpm | None = None,
         owner: str = "this test",
+        stacks: StackSampler | None = None,
     ) -> None:
         self.backend = backend
         self.budget = budget or Budget()
@@ -56,7 +58,9 @@ class Profiler:
         self.enforce = enforce
         self.owner = owner  # the test this profiler belongs to
         self.spans = SpanRecorder(backend)
-        self.collector = WindowCollector(backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm)
+        self.collector = WindowCollector(
+            backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
+        )
         # what gpuprof.check() judged, passing or failing, with the metrics it judged
         self.verdicts: list[tuple[Verdict, Metrics]] = []
         # device memory held when the test started: what it must give back by its end
@@ -65,6 +69,8 @@ class Profiler:
         self._examples = confirm.Examples(backend, self.leaks)
         self._ended = False
         backend.begin()
+        if stacks is not None:
+            stacks.arm()
 
     @property
     def windows(self) -> list[Window]:
@@ -82,6 +88,8 @@ class Profiler:
     # the fixture's life
     def end(self) -> None:
         """The test is over: any later use is a mistake, and says whose profiler it was."""
+        if not self._ended and self.collector.stacks is not None:
+            self.collector.stacks.disarm()
         self._ended = True
 
     def _alive(self, what: str) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.gpm import Gpm
     from pytest_gpuprof.capture.nvml import NvmlSampler
+    from pytest_gpuprof.capture.stacks import StackSampler
 
 
 class DeviceRuntime:
@@ -134,6 +135,16 @@ class DeviceRuntime:
         return NvmlSampler.start(self.device_index, self.settings.nvml_interval_ms)
 
     @cached_property
+    def stacks(self) -> StackSampler | None:
+        """The host's stack sampler, on a real clock only (virtual time is not the
+        sampler's)."""
+        if not self.settings.sample or (self.backend_name == "host" and self.settings.host_clock == "virtual"):
+            return None
+        from pytest_gpuprof.capture.stacks import StackSampler
+
+        return StackSampler()
+
+    @cached_property
     def _gpm(self) -> tuple[Gpm | None, str]:
         if not self.settings.nvml:
             return None, "off (--gpu-no-nvml)"
@@ -200,6 +211,8 @@ class DeviceRuntime:
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:
             self.sampler.stop()
+        if "stacks" in self.__dict__ and self.stacks is not None:
+            self.stacks.stop()
         if self._backend is not None:
             self._backend.close()
             self._backend = None

@@ -113,6 +113,7 @@ class GpuSession:
             pinned_gbps=lambda: self.device.h2d_gbps,
             gpm=self.runtime.gpm,
             owner=owner,
+            stacks=self.runtime.stacks,
         )
 
     def record(self, nodeid: str, profiler: Profiler) -> TestResult | None:
@@ -199,10 +200,12 @@ class GpuSession:
         try:
             self.backend.synchronize()
         finally:
-            if nodeid not in self.results and outcome != "interrupted":
-                self.record(nodeid, profiler)
-            self.backend.drain()
-            profiler.end()
+            try:
+                if nodeid not in self.results and outcome != "interrupted":
+                    self.record(nodeid, profiler)
+                self.backend.drain()
+            finally:
+                profiler.end()
         gc.collect()
         held = self.backend.memory_in_use() - profiler.memory_before
         passed = outcome == "passed"
@@ -346,9 +349,12 @@ class SessionHooks:
                     with profiler.window("test") as done:
                         result = yield
                 finally:
-                    session.backend.drain()  # the call's device work is in its window, or lost with it
-                    if done:
-                        profiler.record(done[0])
+                    try:
+                        session.backend.drain()  # the call's device work is in its window, or lost with it
+                        if done:
+                            profiler.record(done[0])
+                    finally:
+                        profiler.end()
             else:
                 result = yield
         except (KeyboardInterrupt, SystemExit):

@@ -29,6 +29,7 @@ from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.gpm import Gpm
+    from pytest_gpuprof.capture.stacks import StackSampler
 
 
 class Sampler(Protocol):
@@ -70,6 +71,7 @@ class WindowCollector:
         sampler: Sampler | None = None,
         pinned_gbps: Callable[[], float] | None = None,
         gpm: Gpm | None = None,
+        stacks: StackSampler | None = None,
     ) -> None:
         self.backend = backend
         self.spans = spans
@@ -77,6 +79,9 @@ class WindowCollector:
         # the device's calibrated pinned copy rate, for what-if predictions of pageable steps
         self.pinned_gbps = pinned_gbps
         self.gpm = gpm  # NVML GPM, sampled at each window's edges
+        self.stacks = stacks  # the host's Python stacks, sampled while the test runs
+        # the thread that measures: it issues device work even where it opened no step
+        self.thread = threading.get_native_id()
         self.windows: list[Window] = []
         self._lock = threading.Lock()
         self._device: list[DeviceWork] = []  # drained, not yet joined
@@ -145,6 +150,8 @@ class WindowCollector:
             self.spans.clear()
             self._device.clear()
             self._notes.clear()
+        if self.stacks is not None:
+            self.stacks.forget(self.backend.clock.now())
 
     def keep(self, window: Window, budget: Budget) -> Metrics:
         """Judge ``window`` on the test's budget and keep it."""
@@ -200,6 +207,8 @@ class WindowCollector:
             notes,
             self.backend.sm_limits(),
             gpm,
+            None if self.stacks is None else tuple(self.stacks.samples(start, end)),
+            self.thread,
         )
 
     def whole_test(self) -> Window | None:

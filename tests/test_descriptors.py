@@ -21,6 +21,7 @@ from pytest_gpuprof.verdict.compare import parse_thresholds
 MS = 1_000_000
 _NOT_METRICS = {"truth", "steps", "nvml", "rounds", "notes", "unseen", "what_if", "sm_unseen", "top_kernels", "gpm"}
 _NOT_METRICS |= {"kernel_totals"}  # by kernel: a table (descriptor scope "kernel")
+_NOT_METRICS |= {"idle_by_code"}  # places with their ms: a list that explains unattributed_ms
 
 
 @pytest.mark.parametrize(

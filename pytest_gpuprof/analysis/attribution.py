@@ -251,6 +251,22 @@ def stretches(
     return merged
 
 
+def unattributed(
+    steps: Sequence[Span],
+    idle: Sequence[iv.Interval] | np.ndarray,
+    transfers: Mapping[str, iv.Intervals] | None = None,
+) -> list[iv.Interval]:
+    """The idle no step explains, as sorted disjoint stretches: neither under a step's
+    copies or memsets nor while a host step was active (what ``attribute_idle`` counts as
+    unattributed)."""
+    lanes, part = _passes(steps, idle, transfers)[-1]  # the host pass
+    if not len(part):
+        return []
+    window = (int(part[0][0]), int(part[-1][1]))
+    active = iv.union((s.start, s.end) for s in lanes if s.end > s.start)
+    return iv.intersect(part, iv.gaps(active, window))
+
+
 def _passes(
     steps: Sequence[Span], idle: Sequence[iv.Interval] | np.ndarray, transfers: Mapping[str, iv.Intervals] | None
 ) -> list[tuple[Sequence[Span], Sequence[iv.Interval] | np.ndarray]]:

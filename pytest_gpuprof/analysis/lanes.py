@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuprof.analysis.metrics import idle_stretches
+from pytest_gpuprof.analysis.metrics import host_during_idle, idle_stretches
 from pytest_gpuprof.analysis.names import readable
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
 from pytest_gpuprof.analysis.timeline import Timeline
@@ -28,7 +28,7 @@ class Item:
 @dataclass(frozen=True, slots=True)
 class Lane:
     name: str
-    kind: str  # "step", "region", "kernel", "memcpy", "memset", "idle"
+    kind: str  # "step", "region", "kernel", "memcpy", "memset", "idle", "host"
     items: list[Item]
 
 
@@ -71,6 +71,9 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
     idle = idle_items(timeline)
     if idle:
         lanes.append(Lane("kernel-idle, charged to", "idle", idle))
+    host = host_items(timeline)
+    if host:
+        lanes.append(Lane("host code in unattributed idle", "host", host))
     counters = []
     for name, unit, key in (("NVML utilization", "%", "util"), ("NVML power", "W", "power_w")):
         points = [
@@ -93,6 +96,21 @@ def idle_items(timeline: Timeline) -> list[Item]:
         )
         for s in idle_stretches(timeline)
     ]
+
+
+def host_items(timeline: Timeline) -> list[Item]:
+    """What the host ran during the unattributed idle (sampled stacks), labelled with the
+    place that took most of each piece; neighbours of one place are one item."""
+    out: list[Item] = []
+    for piece in host_during_idle(timeline):
+        start, end = piece.start - timeline.start, piece.end - timeline.start
+        label = max(piece.shares, key=lambda place: (piece.shares[place], place))
+        last = out[-1] if out else None
+        if last is not None and last.end == start and last.label == label:
+            out[-1] = Item(last.start, end, label)
+        else:
+            out.append(Item(start, end, label))
+    return out
 
 
 def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items", *, by_label: bool = False) -> list[Item]:

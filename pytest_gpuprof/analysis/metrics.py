@@ -7,6 +7,7 @@ which step each kernel-idle stretch is charged to, is ``attribution``'s (docs/de
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuprof.analysis import attribution, sm_metrics, whatif
+from pytest_gpuprof.analysis import attribution, host_code, sm_metrics, whatif
 from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import DeviceWork
@@ -73,6 +74,9 @@ class Metrics:
     gpm: Mapping[str, float] | None = None
     # each kernel's time in the window by mangled name (the top ones, the rest as OTHER_KERNELS)
     kernel_totals: Mapping[str, float] = field(default_factory=dict)
+    # what the host ran during the unattributed idle (ms by place, largest first; ``None``
+    # where the host was not sampled)
+    idle_by_code: tuple[tuple[str, float], ...] | None = None
 
     def flat(self) -> dict[str, float]:
         """Every comparable numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -119,6 +123,11 @@ class Metrics:
             **({"top_kernels": [k.to_dict() for k in self.top_kernels]} if self.top_kernels else {}),
             **({"gpm": dict(self.gpm)} if self.gpm is not None else {}),
             **({"kernel_totals": dict(self.kernel_totals)} if self.kernel_totals else {}),
+            **(
+                {"idle_by_code": [{"where": where, "ms": ms} for where, ms in self.idle_by_code]}
+                if self.idle_by_code is not None
+                else {}
+            ),
         }
 
 
@@ -187,7 +196,37 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
         kernel_totals=sm_metrics.kernel_totals(kernel_work, window),
+        idle_by_code=None if timeline.stacks is None else _idle_by_code(timeline, seen, moves, unattributed),
     )
+
+
+def _idle_by_code(
+    timeline: Timeline, seen: whatif.Window, moves: dict[int, np.ndarray], unattributed: float
+) -> tuple[tuple[str, float], ...]:
+    """Where the threads that issue device work were during the unattributed idle, ms by
+    place, largest first."""
+    if unattributed <= 0 or not timeline.stacks:
+        return ()
+    idle = attribution.unattributed(timeline.steps, seen.idle, _transfers(seen, moves))
+    totals = host_code.idle_by_code(timeline.stacks, idle, _issuing_threads(timeline))
+    return tuple((where, ns / NS_PER_MS) for where, ns in totals)
+
+
+def _issuing_threads(timeline: Timeline) -> set[int]:
+    """The threads that issue device work: those with steps or device work, and the one
+    that measured the window."""
+    threads = {s.thread for s in timeline.steps} | set(np.unique(timeline.device.rows["thread"]).tolist())
+    return (threads | {timeline.thread}) - {0}
+
+
+def host_during_idle(timeline: Timeline) -> list[host_code.Piece]:
+    """The unattributed idle cut by the host's sampling rounds, with where the threads that
+    issue device work were: ``idle_by_code``'s figures, for drawing."""
+    if not timeline.stacks:
+        return []
+    seen = _whatif_window(timeline)
+    idle = attribution.unattributed(timeline.steps, seen.idle, _transfers(seen))
+    return host_code.pieces(timeline.stacks, idle, _issuing_threads(timeline))
 
 
 # CUPTI's kernel and driver records add 2.0-2.6 us to each launch on an H200 (against an
@@ -361,6 +400,9 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         for name in last.what_if
     }
     kernels = {name: summaries[f"kernels.{name}.total_ms"].median for name in last.kernel_totals}
+    sampled = [dict(m.idle_by_code) for m in rounds if m.idle_by_code is not None]
+    places = {where for each in sampled for where in each}
+    medians = ((where, statistics.median(each.get(where, 0.0) for each in sampled)) for where in places)
     return replace(
         last,
         **window,
@@ -371,6 +413,9 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         unseen=next((m.unseen for m in rounds if m.unseen), None),
         what_if=what_if,
         gpm=gpm,
+        idle_by_code=None
+        if not sampled
+        else tuple(sorted(((w, ms) for w, ms in medians if ms > 0), key=lambda item: (-item[1], item[0]))),
     )
 
 

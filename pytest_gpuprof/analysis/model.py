@@ -78,6 +78,16 @@ class Sample:
     sm_clock_mhz: float | None = None
 
 
+class HostSample(NamedTuple):
+    """Where one thread of the host was at one instant: a sampled Python stack, cut to the
+    innermost frame of the user's code and the library function under it (``where``).
+    One sampling round stamps each thread it saw with the round's ``time``."""
+
+    time: int
+    thread: int
+    where: str
+
+
 # a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend
 # give it; "A" is a CUDA array, on the device. A copy whose direction the source does not
 # tell (CUDA events at the edges of a step that declared ``bytes=``) has none.

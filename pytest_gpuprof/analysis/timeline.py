@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span, Truth
+from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, Sample, Span, Truth
 from pytest_gpuprof.analysis.occupancy import SmLimits
 
 
@@ -31,6 +31,10 @@ class Timeline:
     sm: SmLimits | None = None
     # NVML GPM's metrics between the window's edges (fractions), where the GPU has GPM
     gpm: Mapping[str, float] | None = None
+    # sampled host stacks of the window (``None``: not sampled), and the native id of the
+    # thread that measured it, which issues device work even where it opened no step
+    stacks: tuple[HostSample, ...] | None = None
+    thread: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", _work(self.device))

@@ -59,7 +59,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
                 "kind": lane.kind,
                 "items": [
                     [i.start / 1000, i.end / 1000, i.label, i.count, i.args]
-                    for i in aggregate(lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind == "idle")
+                    for i in aggregate(lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind in ("idle", "host"))
                 ],
             }
             for lane in lanes
@@ -141,8 +141,8 @@ svg text{font-family:system-ui,sans-serif}svg .label{pointer-events:none}
 "use strict";
 const T0 = performance.now();
 const DATA = JSON.parse(document.getElementById("data").textContent);
-const COLORS = {step:"#7aa6d8", region:"#c9b8e8", kernel:"#2e9e4f", memcpy:"#e08a2c", memset:"#b5892f", predicted:"#b9b9b9"};
-const NAMES = {step:"steps", region:"brackets (regions)", kernel:"kernels", memcpy:"copies", memset:"memsets", idle:"kernel-idle, coloured by the step charged", predicted:"what if (predicted)"};
+const COLORS = {step:"#7aa6d8", region:"#c9b8e8", kernel:"#2e9e4f", memcpy:"#e08a2c", memset:"#b5892f", predicted:"#b9b9b9", host:"#8da0cb"};
+const NAMES = {step:"steps", region:"brackets (regions)", kernel:"kernels", memcpy:"copies", memset:"memsets", idle:"kernel-idle, coloured by the step charged", predicted:"what if (predicted)", host:"host code in unattributed idle (sampled)"};
 const SVGNS = "http://www.w3.org/2000/svg";
 // the timeline's geometry: lane names on the left, the plot from LABEL to W
 const W = 1200, LABEL = 240, PLOT = W - LABEL, ROW = 18, CH = 40, AXIS = 24, CHAR = 6.2;

@@ -150,9 +150,20 @@ def row(record: GpuRecord) -> list[str]:
         pct(m.utilization),
         pct(m.reported_utilization),
         ms(m.overhead_ms),
-        f"{top[0]} {top[1]:.1f} ms" if top[1] > 0 else "-",
+        _cause(top, m),
         record.status,
     ]
+
+
+def _cause(top: tuple[str, float], m: Metrics) -> str:
+    """The largest idle cause; for unattributed idle, the host code that most explains it."""
+    if top[1] <= 0:
+        return "-"
+    cause = f"{top[0]} {top[1]:.1f} ms"
+    if top[0] == UNATTRIBUTED and m.idle_by_code and m.unattributed_ms:
+        where, spent = m.idle_by_code[0]
+        cause += f", {spent / m.unattributed_ms:.0%} in {where}"
+    return cause
 
 
 def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int], str | None]:

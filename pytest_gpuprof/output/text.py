@@ -76,6 +76,9 @@ def explain(metrics: Metrics) -> list[str]:
             detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
         parts.append(f"{name} {idle_ms:.1f} ms{detail}")
     lines.append("kernel-idle by step: " + ", ".join(parts))
+    explained = host_in(metrics.idle_by_code, metrics.unattributed_ms)
+    if explained:
+        lines.append(f"{UNATTRIBUTED}, host in: {explained}")
     observers = []
     if metrics.reported_utilization is not None:
         observers.append(f"brackets report {pct(metrics.reported_utilization)}")
@@ -112,6 +115,17 @@ def explain(metrics: Metrics) -> list[str]:
     # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
     lines += [f"note: {note}" for note in metrics.notes]
     return lines
+
+
+def host_in(
+    idle_by_code: Sequence[tuple[str, float]] | None, unattributed_ms: float | None, shown: int = 3
+) -> str | None:
+    """What the host ran during the unattributed idle, largest first, each with its share
+    of it: ``test_train.py:17 epoch > torch/utils/data/dataloader.py:_next_data 512.0 ms (91%), ...``."""
+    if not idle_by_code or not unattributed_ms:
+        return None
+    parts = [f"{where} {ms_:.1f} ms ({ms_ / unattributed_ms:.0%})" for where, ms_ in idle_by_code[:shown]]
+    return ", ".join(parts) + (", ..." if len(idle_by_code) > shown else "")
 
 
 def _rounds(metrics: Metrics) -> int:
