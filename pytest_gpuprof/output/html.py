@@ -59,7 +59,9 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
                 "kind": lane.kind,
                 "items": [
                     [i.start / 1000, i.end / 1000, i.label, i.count, i.args]
-                    for i in aggregate(lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind in ("idle", "host"))
+                    for i in aggregate(
+                        lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind in ("idle", "host")
+                    )
                 ],
             }
             for lane in lanes
