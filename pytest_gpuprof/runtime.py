@@ -108,7 +108,9 @@ class DeviceRuntime:
             from pytest_gpuprof.capture import backends
 
             s = self.settings
-            self._backend = backends.create(self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock)
+            self._backend = backends.create(
+                self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
+            )
         return self._backend
 
     @property

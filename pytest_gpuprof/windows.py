@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -21,7 +21,8 @@ import numpy as np
 from pytest_gpuprof.analysis import metrics as metrics_mod
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.metrics import Metrics
-from pytest_gpuprof.analysis.model import Sample
+from pytest_gpuprof.analysis.model import Sample, Span
+from pytest_gpuprof.analysis.nvtx import as_steps
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.spans import SpanRecorder
@@ -86,6 +87,9 @@ class WindowCollector:
         self._lock = threading.Lock()
         self._device: list[DeviceWork] = []  # drained, not yet joined
         self._notes: list[str] = []
+        # NVTX ranges (CUPTI): those that ended, and those open at the last drain
+        self._ranges: list[Span] = []
+        self._open_ranges: list[Span] = []
         self._measuring = 0
 
     @property
@@ -150,6 +154,7 @@ class WindowCollector:
             self.spans.clear()
             self._device.clear()
             self._notes.clear()
+            self._ranges.clear()
         if self.stacks is not None:
             self.stacks.forget(self.backend.clock.now())
 
@@ -161,7 +166,10 @@ class WindowCollector:
 
     def collect(self) -> None:
         device, notes = self.backend.drain()
+        finished, still_open = self.backend.ranges()
         with self._lock:
+            self._ranges.extend(finished)
+            self._open_ranges = still_open
             if len(device):
                 self._device.append(device)
             self._notes.extend(n for n in notes if n not in self._notes)
@@ -190,7 +198,9 @@ class WindowCollector:
     ) -> Timeline:
         self.collect()
         with self._lock:
-            steps = tuple(s for s in (*self.spans.steps, *self.spans.open_at(end)) if s.end >= start and s.start <= end)
+            steps = tuple(
+                s for s in as_steps(self._steps_at(end), self._ranges_at(end)) if s.end >= start and s.start <= end
+            )
             regions = tuple(r for r in self.spans.regions if r.end >= start and r.start <= end)
             every = self._joined()
             rows = every.rows
@@ -211,13 +221,20 @@ class WindowCollector:
             self.thread,
         )
 
+    def _steps_at(self, end: int) -> list[Span]:
+        return [*self.spans.steps, *self.spans.open_at(end)]
+
+    def _ranges_at(self, end: int) -> list[Span]:
+        """The NVTX ranges, those still open as if they ended at ``end``."""
+        return [*self._ranges, *(replace(r, end=max(end, r.start)) for r in self._open_ranges)]
+
     def whole_test(self) -> Window | None:
         """The test as one window, from its first step or region to its last and its device work."""
         self.backend.synchronize()
         self.collect()
         now = self.backend.clock.now()
         with self._lock:
-            spans = [*self.spans.steps, *self.spans.regions, *self.spans.open_at(now)]
+            spans = [*self._steps_at(now), *self.spans.regions, *self._ranges_at(now)]
             if not spans:
                 return None
             start = min(s.start for s in spans)

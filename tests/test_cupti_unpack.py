@@ -49,7 +49,33 @@ API = np.dtype(
         "itemsize": 40,
     }
 )
-LAYOUTS = {10: ("kernel", KERNEL), 1: ("memcpy", MEMCPY), 2: ("memset", MEMSET), 5: ("api", API), 4: ("api", API)}
+# CUpti_ActivityMarker2, as cupti-python 13.0.1 lays it out (the object id's thread part only)
+MARKER = np.dtype(
+    {
+        "names": ["kind", "flags_", "timestamp", "id", "object_kind", "object_id", "pad", "name", "domain"],
+        "formats": [
+            "<i4",
+            "<i4",
+            "<u8",
+            "<u4",
+            "<i4",
+            np.dtype({"names": ["pt"], "formats": [[("process_id", "<u4"), ("thread_id", "<u4")]], "itemsize": 12}),
+            "<u4",
+            "<i8",
+            "<i8",
+        ],
+        "offsets": [0, 4, 8, 16, 20, 24, 36, 40, 48],
+        "itemsize": 56,
+    }
+)
+LAYOUTS = {
+    10: ("kernel", KERNEL),
+    1: ("memcpy", MEMCPY),
+    2: ("memset", MEMSET),
+    5: ("api", API),
+    4: ("api", API),
+    12: ("marker", MARKER),
+}
 NAMES = {0: "", 0x1000: "gemm", 0x2000: "fft"}
 COPY_NAMES = {1: "HTOD", 2: "DTOH"}
 PAGEABLE = 1
@@ -130,17 +156,29 @@ class FakeCupti:
     """The parts of cupti-python the capture calls, over records packed in host memory."""
 
     ActivityKind = enum.IntEnum(
-        "ActivityKind", {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2, "DRIVER": 4, "RUNTIME": 5}
+        "ActivityKind", {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2, "DRIVER": 4, "RUNTIME": 5, "MARKER": 12}
     )
     ActivityMemoryKind = enum.IntEnum("ActivityMemoryKind", {"PAGEABLE": PAGEABLE, "PINNED": 2})
     ActivityMemcpyKind = enum.IntEnum("ActivityMemcpyKind", {name: kind for kind, name in COPY_NAMES.items()})
     activity_kernel10_dtype, activity_memcpy6_dtype, activity_memset4_dtype = KERNEL, MEMCPY, MEMSET
     activity_api_dtype = API
+    activity_marker2_dtype = MARKER
     ActivityThreadIdType = enum.IntEnum("ActivityThreadIdType", {"DEFAULT": 0, "SYSTEM": 1})
     runtime_api_trace_cbid = enum.IntEnum(
         "runtime_api_trace_cbid", {"cudaLaunchKernel_v7000": 211, "cudaGetDevice_v3020": 17}
     )
-    driver_api_trace_cbid = enum.IntEnum("driver_api_trace_cbid", {"cuLaunchKernel": 307, "cuCtxGetCurrent": 8})
+    driver_api_trace_cbid = enum.IntEnum(
+        "driver_api_trace_cbid",
+        {
+            "INVALID": 0,
+            "cuDriverGetVersion": 1,
+            "cuCtxGetCurrent": 8,
+            "cuKernelGetName": 20,
+            "cuDevicePrimaryCtxGetState": 30,
+            "cuLaunchKernel": 307,
+            "cuMemcpyHtoDAsync_v2": 310,
+        },
+    )
 
     def __init__(self) -> None:
         self.completed: Any = None
@@ -296,10 +334,13 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
     capture.mark()
     assert marks == [1]
     capture.offset_ns = 100
+    # only the driver calls that issue work, the step mark and the kernel name lookup are recorded
+    assert cupti.apis_on == {8: 0, 30: 0}
     launch = (4, 307, 1_000, 1_500, 1, 4242, 7)  # cuLaunchKernel on thread 4242, correlation 7
     library.fill([launch, (10, 5_000, 9_000, 1, 0x1000, 7)])
-    # a copy (correlation 9) whose own call was not recorded, between two calls of thread 4343
-    library.fill([(1, 1, 2, 2, 64, 9_500, 9_900, 3, 9), (4, 1, 2_000, 2_100, 1, 4343, 8)])
+    # a copy (correlation 9) whose own call was not recorded, between two calls of thread
+    # 4343, the second a step's mark (cuDriverGetVersion): issued between them
+    library.fill([(1, 1, 2, 2, 64, 9_500, 9_900, 3, 9), (4, 20, 2_000, 2_100, 1, 4343, 8)])
     library.fill([(4, 1, 2_300, 2_500, 1, 4343, 10)])
     # correlation 12 lies between calls of two threads (10 and 13): not known
     library.fill([(10, 9_000, 9_500, 1, 0x2000, 12), (4, 1, 2_600, 2_700, 1, 4242, 13)])
@@ -314,6 +355,56 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
     library.fill([(10, 10_000, 10_500, 1, 0x1000, 20)])
     (later,), _ = capture.drain()
     assert (later.thread, later.issued) == (4242, 2_900)
+    # a launch whose own call is not recorded (PyTorch's), followed by the kernel name
+    # lookup it made inside: issued when that lookup was, not halfway from the call before
+    library.fill([(4, 20, 4_000, 4_100, 1, 4242, 30), (10, 11_000, 11_500, 1, 0x2000, 31)])
+    library.fill([(4, 20, 6_000, 6_100, 1, 4242, 32)])
+    (named,), _ = capture.drain()
+    assert (named.thread, named.issued) == (4242, 5_900)
+
+
+def test_nvtx_ranges_are_paired_by_id_and_named_by_domain(monkeypatch):
+    from pytest_gpuprof.analysis.nvtx import RANGE_IDS
+    from pytest_gpuprof.capture import cupti_trace
+
+    monkeypatch.setattr(cupti_trace, "libcupti_path", lambda: "/opt/cuda/libcupti.so.13")
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    library = FakeLibrary()
+    capture = CuptiCapture(FakeCupti(), library=lambda: library, marker=lambda: None, nvtx=True)
+    assert capture.nvtx.startswith("NVTX ranges as steps")
+    assert cupti_trace.os.environ["NVTX_INJECTION64_PATH"] == "/opt/cuda/libcupti.so.13"
+    capture.offset_ns = 0
+    text = {name: ctypes.create_string_buffer(name.encode()) for name in ("upload", "train", "mydomain")}
+    at = {name: ctypes.addressof(b) for name, b in text.items()}
+    start, end = cupti_trace.MARKER_START, cupti_trace.MARKER_END
+    library.fill(
+        [
+            (12, start, 100, 1, 2, ((1, 77),), 0, at["upload"], 0),
+            (12, start, 150, 2, 2, ((1, 77),), 0, at["train"], at["mydomain"]),
+            (12, end, 180, 2, 2, ((1, 77),), 0, 0, 0),
+            (12, 1, 190, 3, 2, ((1, 77),), 0, at["train"], 0),  # an instant mark: no range
+        ]
+    )
+    capture.drain()
+    finished, still_open = capture.ranges()
+    assert [(r.name, r.thread, r.start, r.end, r.span_id) for r in finished] == [
+        ("mydomain:train", 77, 150, 180, RANGE_IDS + 2)
+    ]
+    assert [(r.name, r.start) for r in still_open] == [("upload", 100)]
+    library.fill([(12, end, 400, 1, 2, ((1, 77),), 0, 0, 0)])
+    capture.drain()
+    finished, still_open = capture.ranges()
+    assert [(r.name, r.start, r.end) for r in finished] == [("upload", 100, 400)] and still_open == []
+
+
+def test_nvtx_injection_already_naming_another_library_is_said_not_overridden(monkeypatch):
+    from pytest_gpuprof.capture import cupti_trace
+
+    monkeypatch.setattr(cupti_trace, "libcupti_path", lambda: "/opt/cuda/libcupti.so.13")
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/nsight/libToolsInjection64.so")
+    capture = CuptiCapture(FakeCupti(), library=FakeLibrary, marker=lambda: None, nvtx=True)
+    assert "NVTX ranges not recorded" in capture.nvtx and "libToolsInjection64" in capture.nvtx
+    assert cupti_trace.os.environ["NVTX_INJECTION64_PATH"] == "/opt/nsight/libToolsInjection64.so"
 
 
 def test_two_kinds_in_turn_are_read_a_pattern_at_a_time(monkeypatch):

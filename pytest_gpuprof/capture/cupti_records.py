@@ -17,7 +17,16 @@ from pytest_gpuprof.analysis.model import KINDS
 
 # an API call, as the join needs it (sorted by correlation id): thread, host times of its
 # start and end
-CALL = np.dtype([("correlation_id", np.uint32), ("thread", np.int64), ("issued", np.int64), ("returned", np.int64)])
+# start and end, and whether it is a step's edge mark
+CALL = np.dtype(
+    [
+        ("correlation_id", np.uint32),
+        ("thread", np.int64),
+        ("issued", np.int64),
+        ("returned", np.int64),
+        ("mark", np.bool_),
+    ]
+)
 _KIND = struct.Struct("<I")  # every activity record starts with its kind
 
 
@@ -104,9 +113,11 @@ def _add(pieces: list[tuple[int, int, int]], first: int, count: int, stride: int
     pieces.append((first, count, stride))
 
 
-def calls_of(api: np.ndarray, offset_ns: int = 0) -> np.ndarray:
-    """API records as ``CALL`` rows: correlation id, issuing thread, host time of the call."""
+def calls_of(api: np.ndarray, offset_ns: int = 0, mark: int | None = None) -> np.ndarray:
+    """API records as ``CALL`` rows: correlation id, issuing thread, host time of the call,
+    and whether it is a step's edge (``mark``: the callback id of the marking call)."""
     out = np.empty(len(api), dtype=CALL)
+    out["mark"] = api["cbid"] == mark if mark is not None else False
     out["correlation_id"] = api["correlation_id"]
     out["thread"] = api["thread_id"]
     out["issued"] = api["start"].astype(np.int64) - offset_ns
@@ -168,9 +179,11 @@ def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[np.nd
 
     Its own call where it was recorded. Else the recorded calls just before and just
     after it in correlation order (ids count every call, recorded or not): when both are
-    on one thread, the work was issued on that thread between them, and as every step
-    edge is a recorded call, no step opened or closed in between; the midpoint of the
-    gap stands for the time.
+    on one thread, the work was issued on that thread between them. Where the call after
+    it marks a step's edge, no step opened or closed in between, and the midpoint of the
+    gap stands for the time; any other call after it is one the launch made itself (CUDA
+    13's runtime looks the kernel's name up inside each launch), and its time is the
+    launch's: an NVTX range, which marks no edge, may have opened since the call before.
     """
     count = len(records)
     thread, issued = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
@@ -188,7 +201,8 @@ def _issuing_calls(records: np.ndarray, calls: np.ndarray | None) -> tuple[np.nd
     same = calls["thread"][after - 1] == calls["thread"][after]
     rest, after = rest[same], after[same]
     thread[rest] = calls["thread"][after]
-    issued[rest] = (calls["returned"][after - 1] + calls["issued"][after]) // 2
+    midpoint = (calls["returned"][after - 1] + calls["issued"][after]) // 2
+    issued[rest] = np.where(calls["mark"][after], midpoint, calls["issued"][after])
     return thread, issued
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import re
 import statistics
 import threading
 import time
@@ -27,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import RECORDS_LOST, DeviceInterval, DeviceKind
+from pytest_gpuprof.analysis.model import RECORDS_LOST, DeviceInterval, DeviceKind, Span
+from pytest_gpuprof.analysis.nvtx import RANGE_IDS, range_name
 from pytest_gpuprof.capture.cupti_records import CALL, calls_of, records_of, unpack
 
 Record = tuple[DeviceKind, int, int, int, str, int, bool]
@@ -41,10 +44,20 @@ _REQUESTED = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
 )
 _COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+# The driver calls recorded: those that issue device work, the step mark, and the kernel
+# name lookup that CUDA 13's runtime makes inside each launch (PyTorch's launches are not
+# recorded themselves: that call names their thread and time). Every other driver call
+# (PyTorch makes ten ``cuDevicePrimaryCtxGetState`` an iteration) is switched off.
+RECORDED_CALLS = re.compile(r"^cu(Launch\w*|Memcpy\w*|Memset\w*|GraphLaunch\w*|KernelGetName|DriverGetVersion)$")
+# NVTX hands its calls to the library this names (read at a process's first NVTX call)
+NVTX_INJECTION = "NVTX_INJECTION64_PATH"
+# CUPTI_ACTIVITY_FLAG_MARKER_START and _END (cupti-python 13.0.1 names only the first)
+MARKER_START, MARKER_END = 1 << 1, 1 << 2
 
 
-def start() -> tuple[CuptiCapture | None, str]:
-    """A running capture and 'live (how records are read)', or ``None`` and why CUPTI is off."""
+def start(*, nvtx: bool = True) -> tuple[CuptiCapture | None, str]:
+    """A running capture and 'live (how records are read)', or ``None`` and why CUPTI is off.
+    ``nvtx``: record NVTX ranges (as steps)."""
     try:
         from cupti import cupti
     except ImportError:
@@ -52,7 +65,7 @@ def start() -> tuple[CuptiCapture | None, str]:
     except Exception as e:
         return None, f"off (cupti-python failed to load: {e})"
     try:
-        capture = CuptiCapture(cupti, library=libcupti)
+        capture = CuptiCapture(cupti, library=libcupti, nvtx=nvtx)
     except Exception as e:  # taken by another profiler, no permission, version mismatch
         return None, f"off (CUPTI refused: {e})"
     return capture, f"live ({capture.reading})"
@@ -60,14 +73,34 @@ def start() -> tuple[CuptiCapture | None, str]:
 
 def libcupti() -> ctypes.CDLL:
     """The libcupti that this process already loaded (cupti-python's), else the system's."""
+    return ctypes.CDLL(libcupti_path())
+
+
+def libcupti_path() -> str:
     with open("/proc/self/maps") as maps:
         paths = {line.split()[-1] for line in maps if "libcupti.so" in line}
     if len(paths) == 1:
-        return ctypes.CDLL(paths.pop())
+        return paths.pop()
     found = ctypes.util.find_library("cupti")
     if found is None or paths:
         raise OSError(f"which libcupti cupti-python uses is unclear: loaded {sorted(paths)}, found {found}")
-    return ctypes.CDLL(found)
+    return found
+
+
+def inject_nvtx(path: str) -> str:
+    """Point NVTX at ``path`` (the libcupti loaded), so that CUPTI records the ranges of
+    every library that makes its first NVTX call from now on; what the header says."""
+    given = os.environ.get(NVTX_INJECTION)
+    if given and os.path.realpath(given) != os.path.realpath(path):
+        return (
+            f"NVTX ranges not recorded: {NVTX_INJECTION}={given} names another library than the libcupti "
+            f"in use ({path})"
+        )
+    os.environ[NVTX_INJECTION] = path
+    return (
+        "NVTX ranges as steps (a library that made its first NVTX call before the backend started, "
+        "in a conftest or at import, is not seen)"
+    )
 
 
 class RawBuffers:
@@ -122,12 +155,14 @@ class RawBuffers:
 
 
 class CuptiCapture:
-    def __init__(self, cupti: Any, library: Any = None, *, correlate: bool = True, marker: Any = None) -> None:
+    def __init__(
+        self, cupti: Any, library: Any = None, *, correlate: bool = True, marker: Any = None, nvtx: bool = False
+    ) -> None:
         """``library``: a function returning libcupti (``ctypes``) to receive buffers from
         CUPTI directly; without it, or where it fails, cupti-python's objects are read.
         ``correlate``: also record the driver calls that issued the work (buffers only);
         ``marker``: a function making the recorded call that marks a step's edge (by
-        default ``cuDriverGetVersion``)."""
+        default ``cuDriverGetVersion``); ``nvtx``: record NVTX ranges (buffers only)."""
         self._cupti = cupti
         kinds = cupti.ActivityKind
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
@@ -168,6 +203,12 @@ class CuptiCapture:
         self._calls = np.zeros(0, dtype=CALL)
         self._mark = marker
         self.correlating = correlate and self._raw is not None and self._trace_calls()
+        # NVTX ranges: the finished ones since the last drain, and those still open by marker id
+        self._ranges: list[Span] = []
+        self._open: dict[int, Span] = {}
+        self.nvtx = "NVTX off (--gpu-nvtx=off)"
+        if nvtx and self._raw is not None:
+            self.nvtx = self._trace_ranges()
         for kind in self._enabled:
             cupti.activity_enable(kind)
 
@@ -192,7 +233,33 @@ class CuptiCapture:
             return False
         self._enabled.append(cupti.ActivityKind.DRIVER)
         self.reading += "; launches tied to the steps that issued them"
+        self._mark_call = int(cupti.driver_api_trace_cbid.cuDriverGetVersion)
+        # after the kind is on: per-function choices made before it are overridden by it
+        off = 0
+        try:
+            for name, cbid in cupti.driver_api_trace_cbid.__members__.items():
+                if name not in ("INVALID", "SIZE", "FORCE_INT") and not RECORDED_CALLS.match(name):
+                    cupti.activity_enable_driver_api(int(cbid), 0)
+                    off += 1
+        except Exception as e:
+            self.reading += f" (every driver call recorded: switching some off failed: {e})"
+        else:
+            self.reading += f" (driver calls recorded: launches, copies, memsets, kernel names; {off} others off)"
         return True
+
+    def _trace_ranges(self) -> str:
+        """Record NVTX ranges: CUPTI's marker records, through NVTX's injection."""
+        cupti = self._cupti
+        try:
+            layout = cupti.activity_marker2_dtype
+            path = libcupti_path()
+        except Exception as e:
+            return f"NVTX ranges not recorded ({e})"
+        status = inject_nvtx(path)
+        if status.startswith("NVTX ranges as steps"):
+            self._layouts[int(cupti.ActivityKind.MARKER)] = ("marker", layout)
+            self._enabled.append(cupti.ActivityKind.MARKER)
+        return status
 
     def mark(self) -> None:
         """A recorded driver call at a step's edge (about 1 us): bounds the correlation ids
@@ -238,9 +305,14 @@ class CuptiCapture:
                 every.append(tables)
         finally:
             self._raw.give_back(filled)
+        for tables in every:
+            if "marker" in tables:
+                self._add_ranges(tables["marker"])
         calls = self._calls
         if self.correlating:
-            calls = np.concatenate([calls, *(calls_of(t["api"], self.offset_ns) for t in every if "api" in t)])
+            calls = np.concatenate(
+                [calls, *(calls_of(t["api"], self.offset_ns, self._mark_call) for t in every if "api" in t)]
+            )
             calls = calls[np.argsort(calls["correlation_id"], kind="stable")]
         kept: list[DeviceWork] = []
         last = 0
@@ -252,11 +324,46 @@ class CuptiCapture:
             kept.append(records_of(tables, self._names, self._copy_names, self._pageable, self.offset_ns, calls))
             if self.correlating:
                 last = max(
-                    [last, *(int(t["correlation_id"].max()) for k, t in tables.items() if k != "api" and len(t))]
+                    [
+                        last,
+                        *(
+                            int(t["correlation_id"].max())
+                            for k, t in tables.items()
+                            if k not in ("api", "marker") and len(t)
+                        ),
+                    ]
                 )
         # the calls of work not read yet (and the neighbour before them) wait for the next drain
         self._calls = calls[max(int(np.searchsorted(calls["correlation_id"], last)) - 1, 0) :][-KEPT_CALLS:]
         return DeviceWork.join(kept)
+
+    def _add_ranges(self, markers: np.ndarray) -> None:
+        """NVTX ranges from CUPTI's marker records: a start (with the name) and an end of
+        one id, on the thread that started it."""
+        for flags, stamp, marker, thread, name, domain in zip(
+            markers["flags_"].tolist(),
+            markers["timestamp"].tolist(),
+            markers["id"].tolist(),
+            markers["object_id"]["pt"]["thread_id"].tolist(),
+            markers["name"].tolist(),
+            markers["domain"].tolist(),
+            strict=True,
+        ):
+            at = stamp - self.offset_ns
+            if flags & MARKER_START:
+                message = ctypes.string_at(name).decode(errors="replace") if name else ""
+                where = ctypes.string_at(domain).decode(errors="replace") if domain else ""
+                self._open[marker] = Span(range_name(message, where), thread, at, at, span_id=RANGE_IDS + marker)
+            elif flags & MARKER_END:
+                opened = self._open.pop(marker, None)
+                if opened is not None:
+                    self._ranges.append(Span(opened.name, opened.thread, opened.start, at, span_id=opened.span_id))
+
+    def ranges(self) -> tuple[list[Span], list[Span]]:
+        """The NVTX ranges that ended since the last call, and those open now (their end
+        is their start), as drained."""
+        finished, self._ranges = self._ranges, []
+        return finished, list(self._open.values())
 
     def _from_objects(self, activities: list[Any]) -> list[Record]:
         kept: list[Record] = []

@@ -33,11 +33,11 @@ def cuda_device_count() -> int:
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
-def create(name: str, device: int, *, cupti: bool, clock: str = "real") -> Backend:
+def create(name: str, device: int, *, cupti: bool, clock: str = "real", nvtx: bool = True) -> Backend:
     if name == "cuda":
         from pytest_gpuprof.capture.backends.cuda import CudaBackend
 
-        return CudaBackend(device, cupti=cupti)
+        return CudaBackend(device, cupti=cupti, nvtx=nvtx)
     from pytest_gpuprof.capture import clock as clocks
     from pytest_gpuprof.capture.backends.host import HostBackend
 

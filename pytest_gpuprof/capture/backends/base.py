@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import Truth
+from pytest_gpuprof.analysis.model import Span, Truth
 from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.clock import Clock
 
@@ -106,6 +106,11 @@ class Backend(Protocol):
 
     def drain(self) -> tuple[DeviceWork, list[str]]:
         """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
+        ...
+
+    def ranges(self) -> tuple[list[Span], list[Span]]:
+        """The NVTX ranges that ended since the last call (as steps at depth 0), and those
+        open now (ending where they started); none where the backend sees no NVTX."""
         ...
 
     def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:

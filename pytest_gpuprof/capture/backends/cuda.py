@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Truth
+from pytest_gpuprof.analysis.model import DeviceInterval, Span, Truth
 from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
@@ -62,7 +62,7 @@ class CudaBackend:
     name: Literal["cuda"] = "cuda"
     clock: Clock = RealClock()
 
-    def __init__(self, device: int, *, cupti: bool = True) -> None:
+    def __init__(self, device: int, *, cupti: bool = True, nvtx: bool = True) -> None:
         import cupy
 
         self._cp = cupy
@@ -84,7 +84,9 @@ class CudaBackend:
         if cupti:
             from pytest_gpuprof.capture import cupti_trace as cupti_capture
 
-            self._cupti, self._cupti_reason = cupti_capture.start()
+            self._cupti, self._cupti_reason = cupti_capture.start(nvtx=nvtx)
+            if self._cupti is not None:
+                self._cupti_reason += f"; {self._cupti.nvtx}"
 
     @property
     def truth(self) -> Truth:
@@ -288,6 +290,11 @@ class CudaBackend:
         self._anchor = (anchor, time.perf_counter_ns())
         with self._lock:
             self._edges = []
+
+    def ranges(self) -> tuple[list[Span], list[Span]]:
+        if self._cupti is None:
+            return [], []
+        return self._cupti.ranges()
 
     def drain(self) -> tuple[DeviceWork, list[str]]:
         if self._cupti is not None:

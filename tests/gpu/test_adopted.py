@@ -1,0 +1,122 @@
+"""Code nobody annotated for the plugin, on a real GPU: NVTX ranges are its steps, and the
+sampled host stacks name the code behind the idle that no step explains. Each case runs
+in a child pytest: NVTX reads its injection at a process's first NVTX call."""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+LOOP = """
+import pytest
+import torch
+
+SIDE = 4096
+
+
+def make_loop(step):
+    host = torch.full((SIDE, SIDE), 0.5).pin_memory()
+    weight = torch.randn(SIDE, SIDE, device="cuda", requires_grad=True)
+
+    def loop():
+        for _ in range(6):
+            with step("upload"):
+                x = host.to("cuda", non_blocking=True)
+            with step("train"):
+                (torch.relu(weight @ x) ** 2).mean().backward()
+        torch.cuda.synchronize()
+
+    return loop
+
+
+def test_steps(gpuprof):
+    gpuprof.measure(make_loop(gpuprof.step), rounds=5, warmup=1)
+
+
+def test_ranges(gpuprof):
+    gpuprof.measure(make_loop(torch.cuda.nvtx.range), rounds=5, warmup=1)
+"""
+
+EPOCH = """
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Images(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng(i)
+        image = rng.standard_normal((3, 256, 256), dtype=np.float32)
+        for _ in range(3):  # decoding and augmenting: host work a real loader does
+            image = np.tanh(image) * 1.01
+        return torch.from_numpy(image), i % 10
+
+
+def epoch(model, loader):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+def test_epoch():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(32, 10),
+    ).cuda()
+    loader = DataLoader(Images(), batch_size=8, num_workers=2, pin_memory=True)
+    epoch(model, loader)
+"""
+
+
+def report(pytester, plugin_args, *extra):
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-report=r.json", *extra)
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    return result, tests
+
+
+def test_nvtx_ranges_are_steps_with_the_figures_of_gpuprof_steps(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_loop=LOOP)
+    result, tests = report(pytester, plugin_args)
+    assert "NVTX ranges as steps" in result.stdout.str()
+    steps, ranges = (tests[name]["metrics"]["steps"] for name in ("test_steps", "test_ranges"))
+    for name in ("upload", "train"):
+        print(f"\n{name}: step {steps[name]}\n{name}: range {ranges[name]}")
+    assert ranges["upload"]["bytes"] == steps["upload"]["bytes"] == 6 * 64 * (1 << 20)
+    assert ranges["upload"]["idle_ms"] == pytest.approx(steps["upload"]["idle_ms"], rel=0.05)
+    assert ranges["upload"]["count"] == 6
+
+
+def test_nvtx_off_makes_no_steps_of_ranges(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_loop=LOOP)
+    result, tests = report(pytester, plugin_args, "--gpu-nvtx=off", "-k", "ranges")
+    assert "NVTX off" in result.stdout.str()
+    assert "upload" not in tests["test_ranges"]["metrics"]["steps"]
+
+
+def test_a_dataloader_epoch_adopted_with_a_marker_names_the_loader(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_train=EPOCH)
+    result, tests = report(pytester, plugin_args, "--gpu-budget")
+    m = tests["test_epoch"]["metrics"]
+    print("\n" + "\n".join(line for line in result.stdout.lines if "host in" in line or "kernel-idle" in line))
+    print(
+        f"unattributed {m['unattributed_ms']:.1f} ms of {m['overhead_ms']:.1f} ms; idle_by_code {m['idle_by_code'][:4]}"
+    )
+    named = sum(c["ms"] for c in m["idle_by_code"])
+    assert named >= 0.8 * m["unattributed_ms"]
+    assert "torch/utils/data/dataloader.py" in m["idle_by_code"][0]["where"]
+    assert m["idle_by_code"][0]["where"].startswith("test_train.py:")
+    result.stdout.fnmatch_lines(["*unattributed, host in: test_train.py:* epoch > torch/utils/data/dataloader.py:*"])
