@@ -122,10 +122,11 @@ def host_in(
 ) -> str | None:
     """What the host ran during the unattributed idle, largest first, each with its share
     of it: ``test_train.py:17 epoch > torch/utils/data/dataloader.py:_next_data 512.0 ms (91%), ...``."""
-    if not idle_by_code or not unattributed_ms:
+    named = [(where, ms_) for where, ms_ in idle_by_code or () if ms_ >= 0.05]  # shown as 0.1 ms or more
+    if not named or not unattributed_ms:
         return None
-    parts = [f"{where} {ms_:.1f} ms ({ms_ / unattributed_ms:.0%})" for where, ms_ in idle_by_code[:shown]]
-    return ", ".join(parts) + (", ..." if len(idle_by_code) > shown else "")
+    parts = [f"{where} {ms_:.1f} ms ({ms_ / unattributed_ms:.0%})" for where, ms_ in named[:shown]]
+    return ", ".join(parts) + (", ..." if len(named) > shown else "")
 
 
 def _rounds(metrics: Metrics) -> int:

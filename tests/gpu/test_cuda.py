@@ -222,7 +222,9 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         [
             "gpuprof: not started *",
             "*gpuprof: true GPU utilization*",
-            "gpuprof: truth cupti; CUPTI live (records read from CUPTI*s buffers; launches tied to the steps that issued them); NVML live; GPM live",
+            "gpuprof: truth cupti; CUPTI live (records read from CUPTI*s buffers; launches tied to the steps that issued "
+            "them (driver calls recorded: launches, copies, memsets, kernel names; * others off)); NVTX ranges as steps "
+            "(*); NVML live; GPM live",
         ]
     )
     result.assert_outcomes(passed=1)
