@@ -79,3 +79,40 @@ def test_a_bad_sample_value_is_a_usage_error_naming_the_key(pytester):
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*[[]tool.gpuprof[]]*sample*on*off*maybe*"])
+
+
+def test_a_place_is_the_users_frame_and_the_library_function_it_called(tmp_path):
+    import sys
+
+    from pytest_gpuprof.capture.stacks import Places
+
+    lib = tmp_path / "site" / "loaderlib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "wrap.py").write_text("def inner(f):\n    def inner(*a):\n        return f(*a)\n    return inner\n")
+    (lib / "data.py").write_text(
+        "import sys\nfrom loaderlib.wrap import inner\n\n"
+        "class Loader:\n"
+        "    def __next__(self):\n        return self._next_data()\n\n"
+        "    @inner\n    def _next_data(self):\n        return self._fetch()\n\n"
+        "    def _fetch(self):\n        return sys._getframe()\n"
+    )
+    user = tmp_path / "proj" / "test_train.py"
+    user.parent.mkdir()
+    user.write_text(
+        "def epoch(loader):\n    return next(loader)\n\ndef here():\n    import sys\n    return sys._getframe()\n"
+    )
+    sys.path[:0] = [str(lib.parent), str(user.parent)]
+    try:
+        import test_train
+        from loaderlib.data import Loader
+
+        places = Places(roots=(str(lib.parent),), here=str(user.parent))
+        # the user called __next__ (a dunder): named by the function of that file under it,
+        # past the decorator's wrapper from another file
+        assert places.of(test_train.epoch(Loader())) == "test_train.py:2 epoch > loaderlib/data.py:_next_data"
+        assert places.of(test_train.here()) == "test_train.py:6 here"
+    finally:
+        del sys.path[:2]
+        for name in ("test_train", "loaderlib", "loaderlib.data", "loaderlib.wrap"):
+            sys.modules.pop(name, None)

@@ -3,10 +3,10 @@ while a test is measured (``analysis.host_code`` charges them against the idle).
 
 A background thread with SIGINT blocked reads ``sys._current_frames()`` and cuts each
 stack to what explains it: the innermost frame of the user's code (outside the standard
-library, site-packages and this plugin) and the library function under it, the one
-nearest the user's frame that is not a dunder method (``__next__``, ``__call__``), as in
-``test_train.py:17 epoch > torch/utils/data/dataloader.py:_next_data``. A stack with no
-user frame is named by its innermost function. Strings are built once per place.
+library, site-packages and this plugin) and the library function it called
+(``_called``), as in ``test_train.py:17 epoch > torch/utils/data/dataloader.py:_next_data``.
+A stack with no user frame is named by its innermost function. Strings are built once
+per place.
 
 The plugin's own threads (NVML, the host backend's device threads) are not sampled.
 """
@@ -85,15 +85,13 @@ class Places:
 
     def of(self, frame: FrameType) -> str:
         """The place a thread's stack (``frame``: its innermost) stands for."""
-        under: FrameType | None = None
+        below: list[CodeType] = []  # the library frames under the user's, innermost first
         at: FrameType | None = frame
         while at is not None:
             code = at.f_code
-            user, _ = self._file(code.co_filename)
-            if user:
+            if self._file(code.co_filename)[0]:
                 break
-            if not (code.co_name.startswith("__") and code.co_name.endswith("__")):
-                under = at
+            below.append(code)
             at = at.f_back
         if at is None:
             code = frame.f_code
@@ -101,16 +99,34 @@ class Places:
             if top is None:
                 top = self._tops[code] = f"{self._file(code.co_filename)[1]}:{code.co_name}"
             return top
-        key = (at.f_code, at.f_lineno, None if under is None else under.f_code)
+        under = _called(below)
+        key = (at.f_code, at.f_lineno, under)
         place = self._places.get(key)
         if place is None:
             code = at.f_code
             place = f"{self._file(code.co_filename)[1]}:{at.f_lineno} {code.co_name}"
             if under is not None:
-                inner = under.f_code
-                place += f" > {self._file(inner.co_filename)[1]}:{inner.co_name}"
+                place += f" > {self._file(under.co_filename)[1]}:{under.co_name}"
             self._places[key] = place
         return place
+
+
+def _called(below: list[CodeType]) -> CodeType | None:
+    """The library function that stands for what the user's frame called (``below``: the
+    library frames under it, innermost first): the one it called, or, where that is a
+    dunder method (``__next__``, ``__iter__``), the nearest named function of the same
+    file under it, past any decorator's wrapper from another file (``_next_data``)."""
+    if not below:
+        return None
+    entry = below[-1]
+    if not _dunder(entry.co_name):
+        return entry
+    named = (c for c in reversed(below) if c.co_filename == entry.co_filename and not _dunder(c.co_name))
+    return next(named, entry)
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 class StackSampler:

@@ -101,8 +101,13 @@ def test_nvtx_ranges_are_steps_with_the_figures_of_gpuprof_steps(pytester, plugi
     for name in ("upload", "train"):
         print(f"\n{name}: step {steps[name]}\n{name}: range {ranges[name]}")
     assert ranges["upload"]["bytes"] == steps["upload"]["bytes"] == 6 * 64 * (1 << 20)
-    assert ranges["upload"]["idle_ms"] == pytest.approx(steps["upload"]["idle_ms"], rel=0.05)
-    assert ranges["upload"]["count"] == 6
+    assert ranges["upload"]["count"] == steps["upload"]["count"] == 6
+    assert ranges["train"]["idle_ms"] == pytest.approx(steps["train"]["idle_ms"], rel=0.05)
+    # the upload's idle differs by no more than what its host time differs (the device
+    # waits for the host inside the step), and 5% (docs/performance.md: on the H200 the
+    # step version's first upload of a round takes ~0.7 ms more host time)
+    host = abs(ranges["upload"]["host_ms"] - steps["upload"]["host_ms"])
+    assert abs(ranges["upload"]["idle_ms"] - steps["upload"]["idle_ms"]) <= host + 0.05 * steps["upload"]["idle_ms"]
 
 
 def test_nvtx_off_makes_no_steps_of_ranges(pytester, plugin_args):
