@@ -9,7 +9,8 @@ upload/train loop of ``tests/gpu``) and ``jax`` (12 ``device_put`` of 64 MiB and
 matmul chain; skipped where JAX is missing). Modes: ``untraced``; ``profiler``
 (``torch.profiler`` with CUDA activity); ``plugin`` (a child pytest whose test calls
 ``gpuprof.measure``: the round is a window); ``plugin-no-cupti``; and, to find what
-costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx``.
+costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx`` and
+``plugin-no-threads`` (neither NVML's sampler nor the stack sampler).
 
 Every run warms the loop up (compiling, caching), then times ``ROUNDS[loop]`` rounds; a
 round's wall is its host time to the end of its device work (a synchronize). Printed:
@@ -131,6 +132,7 @@ PLUGIN_FLAGS = {
     "plugin-no-sample": ["--gpu-sample=off"],
     "plugin-no-nvml": ["--gpu-no-nvml"],
     "plugin-no-nvtx": ["--gpu-nvtx=off"],
+    "plugin-no-threads": ["--gpu-no-nvml", "--gpu-sample=off"],
 }
 MODES = ["untraced", "profiler", *PLUGIN_FLAGS]
 

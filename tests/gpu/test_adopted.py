@@ -58,7 +58,7 @@ class Images(Dataset):
     def __getitem__(self, i):
         rng = np.random.default_rng(i)
         image = rng.standard_normal((3, 256, 256), dtype=np.float32)
-        for _ in range(3):  # decoding and augmenting: host work a real loader does
+        for _ in range(10):  # decoding and augmenting: host work a real loader does
             image = np.tanh(image) * 1.01
         return torch.from_numpy(image), i % 10
 
@@ -74,12 +74,19 @@ def epoch(model, loader):
     torch.cuda.synchronize()
 
 
-@pytest.mark.gpu_budget(min_utilization=0.99)
-def test_epoch():
-    model = torch.nn.Sequential(
+@pytest.fixture
+def model():
+    """The model, built and run once before the test (the first optimizer, cuDNN's set-up)."""
+    net = torch.nn.Sequential(
         torch.nn.Conv2d(3, 32, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(), torch.nn.Linear(32, 10),
     ).cuda()
+    epoch(net, [(torch.zeros(8, 3, 256, 256), torch.zeros(8, dtype=torch.long))])
+    return net
+
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+def test_epoch(model):
     loader = DataLoader(Images(), batch_size=8, num_workers=2, pin_memory=True)
     epoch(model, loader)
 """
@@ -102,12 +109,12 @@ def test_nvtx_ranges_are_steps_with_the_figures_of_gpuprof_steps(pytester, plugi
         print(f"\n{name}: step {steps[name]}\n{name}: range {ranges[name]}")
     assert ranges["upload"]["bytes"] == steps["upload"]["bytes"] == 6 * 64 * (1 << 20)
     assert ranges["upload"]["count"] == steps["upload"]["count"] == 6
-    assert ranges["train"]["idle_ms"] == pytest.approx(steps["train"]["idle_ms"], rel=0.05)
-    # the upload's idle differs by no more than what its host time differs (the device
+    # each step's idle differs by no more than what its host time differs (the device
     # waits for the host inside the step), and 5% (docs/performance.md: on the H200 the
-    # step version's first upload of a round takes ~0.7 ms more host time)
-    host = abs(ranges["upload"]["host_ms"] - steps["upload"]["host_ms"])
-    assert abs(ranges["upload"]["idle_ms"] - steps["upload"]["idle_ms"]) <= host + 0.05 * steps["upload"]["idle_ms"]
+    # gpuprof.step version of the loop took more host time in both steps)
+    for name in ("upload", "train"):
+        host = abs(ranges[name]["host_ms"] - steps[name]["host_ms"])
+        assert abs(ranges[name]["idle_ms"] - steps[name]["idle_ms"]) <= host + 0.05 * steps[name]["idle_ms"]
 
 
 def test_nvtx_off_makes_no_steps_of_ranges(pytester, plugin_args):
