@@ -76,7 +76,7 @@ def epoch(model, loader):
 
 @pytest.fixture
 def model():
-    """The model, built and run once before the test (the first optimizer, cuDNN's set-up)."""
+    # the model, built and run once before the test (the first optimizer, cuDNN set-up)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(3, 32, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(), torch.nn.Linear(32, 10),
