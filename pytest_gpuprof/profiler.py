@@ -156,11 +156,13 @@ class Profiler:
             with self.collector.unmeasured():
                 body()
                 self.backend.synchronize()
-        results = []
-        for _ in range(rounds):
-            with self.collector.window(label) as done:
-                body()
-            results.append(done[0])
+        cut: list[list[Window]] = []
+        with self.collector.batch():
+            for _ in range(rounds):
+                with self.collector.window(label) as done:
+                    body()
+                cut.append(done)
+        results = [done[0] for done in cut]
         merged = metrics_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
         return self.record(Window(label, merged, results[-1].timeline))
 

@@ -91,6 +91,10 @@ class WindowCollector:
         self._ranges: list[Span] = []
         self._open_ranges: list[Span] = []
         self._measuring = 0
+        # windows of a batch, cut once its last one ended: (list to fill, label, edges, gpm, notes)
+        self._batching = 0
+        self._open = 0  # windows open now: one inside another is cut at once
+        self._pending: list[tuple[list[Window], str, int, int, dict[str, float] | None, list[str]]] = []
 
     @property
     def measuring(self) -> bool:
@@ -106,7 +110,10 @@ class WindowCollector:
         that is neither the workload's nor repeatable.
         """
         out: list[Window] = []
-        self.collect()
+        deferred = self._batching > 0 and self._open == 0
+        if not self._batching:
+            self.collect()
+        self._open += 1
         self._measuring += 1
         collecting = gc.isenabled()
         gc.disable()
@@ -127,13 +134,43 @@ class WindowCollector:
                     self.backend.synchronize()
             finally:
                 self._measuring -= 1
+                self._open -= 1
                 end = self.backend.clock.now()
                 if collecting:
                     gc.enable()
                 gpm = self.gpm.since(edge) if self.gpm is not None else None
-            if measured:  # not on Ctrl-C: the interrupted test is not measured
-                timeline = self.timeline(start, end, gpm, self._shared_since(started_s))
-                out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
+            if measured and deferred:
+                self._pending.append((out, label, start, end, gpm, self._shared_since(started_s)))
+            elif measured:  # not on Ctrl-C: the interrupted test is not measured
+                self._cut(out, label, start, end, gpm, self._shared_since(started_s))
+                if not self.measuring:
+                    self.reset()
+
+    def _cut(
+        self, out: list[Window], label: str, start: int, end: int, gpm: dict[str, float] | None, notes: list[str]
+    ) -> None:
+        timeline = self.timeline(start, end, gpm, notes)
+        out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The windows made inside (a ``measure()``'s rounds) are cut after the last one:
+        CUPTI is flushed once for all of them, not between them. A forced flush slows the
+        launches that follow it (on an H200, a CUDA-graph loop by 6%, docs/performance.md),
+        which would put that cost in the next round."""
+        self.collect()
+        self._batching += 1
+        self._measuring += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            self._measuring -= 1
+            pending, self._pending = self._pending, []
+            try:
+                for out, label, start, end, gpm, notes in pending:
+                    self._cut(out, label, start, end, gpm, notes)
+            finally:
                 if not self.measuring:
                     self.reset()
 

@@ -261,3 +261,25 @@ def test_the_single_locks_overlap_prediction_meets_the_two_lock_run():
         workload.close()
     finally:
         backend.close()
+
+
+def test_measure_reads_the_device_records_once_after_its_last_round(backend, monkeypatch):
+    """A forced CUPTI flush slows the launches after it: none between two rounds."""
+    profiler = Profiler(backend, budget=Budget())
+    drained = []
+    drain = backend.drain
+    monkeypatch.setattr(backend, "drain", lambda: drained.append(backend.clock.now()) or drain())
+    edges = []
+
+    def body():
+        edges.append(backend.clock.now())
+        with profiler.step("compute"):
+            backend.compute(1.0)
+
+    m = profiler.measure(body, rounds=4, warmup=0)
+    assert len(m.rounds["wall_ms"].samples) == 4
+    assert m.steps["compute"].count == 1 and m.kernel_ms > 0
+    between = [t for t in drained if edges[0] < t < edges[-1]]
+    assert between == []
+    # each round is its own window, with its own step
+    assert [len(w.timeline.steps) for w in profiler.windows[-1:]] == [1]
