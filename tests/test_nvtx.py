@@ -33,6 +33,9 @@ def order(s):
 
 @given(nested_steps, st.lists(st.booleans(), max_size=16))
 def test_each_span_is_as_deep_as_the_spans_of_its_thread_around_it(spans, which):
+    # a span of no length, where one closes and the next opens, lies in either: it owns no
+    # time, and its depth is not defined by the times
+    spans = [s for s in spans if s.end > s.start]
     steps, ranges = split(spans, which)
     merged = as_steps(steps, ranges)
     assert sorted(s.span_id for s in merged) == sorted(s.span_id for s in (*steps, *ranges))

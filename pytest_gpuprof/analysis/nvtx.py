@@ -24,7 +24,8 @@ def as_steps(steps: Sequence[Span], ranges: Sequence[Span]) -> tuple[Span, ...]:
     """The steps and the ranges as one set of steps, each at its depth among the steps
     and ranges of its thread that enclose it. A thread without ranges keeps its steps as
     they are; of two spans over the same time, the one opened first (the lower id: steps
-    before ranges) is the outer one."""
+    before ranges) is the outer one. A span of no length at the instant one span closes and
+    another opens may be put in either (it owns no time)."""
     if not ranges:
         return tuple(steps)
     ranged = {r.thread for r in ranges}

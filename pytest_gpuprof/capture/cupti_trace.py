@@ -432,8 +432,11 @@ class CuptiCapture:
 
 def _driver_mark() -> Any:
     """``cuDriverGetVersion`` of the process's libcuda through ``ctypes``: a driver call
-    that CUPTI records and that libraries seldom make."""
-    cuda = ctypes.CDLL("libcuda.so.1")
+    that CUPTI records and that libraries seldom make. Called with the GIL held
+    (``PyDLL``): a call of a microsecond needs no release, and a release at every step edge
+    hands the GIL to whichever thread waits for it (the stack sampler, NVML's), on the
+    measured thread's time."""
+    cuda = ctypes.PyDLL("libcuda.so.1")
     version = ctypes.c_int()
     call, out = cuda.cuDriverGetVersion, ctypes.byref(version)
     return lambda: call(out)
