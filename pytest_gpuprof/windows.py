@@ -87,9 +87,11 @@ class WindowCollector:
         self._lock = threading.Lock()
         self._device: list[DeviceWork] = []  # drained, not yet joined
         self._notes: list[str] = []
-        # NVTX ranges (CUPTI): those that ended, and those open at the last drain
+        # NVTX ranges (CUPTI): those that ended, and those open at the last drain; of both,
+        # only the part since the last reset is this collector's (``_ranges_at``)
         self._ranges: list[Span] = []
         self._open_ranges: list[Span] = []
+        self._since = backend.clock.now()
         self._measuring = 0
         # windows of a batch, cut once its last one ended: (list to fill, label, edges, gpm, notes)
         self._batching = 0
@@ -139,12 +141,14 @@ class WindowCollector:
                 if collecting:
                     gc.enable()
                 gpm = self.gpm.since(edge) if self.gpm is not None else None
-            if measured and deferred:
-                self._pending.append((out, label, start, end, gpm, self._shared_since(started_s)))
-            elif measured:  # not on Ctrl-C: the interrupted test is not measured
-                self._cut(out, label, start, end, gpm, self._shared_since(started_s))
-                if not self.measuring:
-                    self.reset()
+            if measured:  # not on Ctrl-C: the interrupted test is not measured
+                shared = self._shared_since(started_s)
+                if deferred:
+                    self._pending.append((out, label, start, end, gpm, shared))
+                else:
+                    self._cut(out, label, start, end, gpm, shared)
+                    if not self.measuring:
+                        self.reset()
 
     def _cut(
         self, out: list[Window], label: str, start: int, end: int, gpm: dict[str, float] | None, notes: list[str]
@@ -192,8 +196,9 @@ class WindowCollector:
             self._device.clear()
             self._notes.clear()
             self._ranges.clear()
+            self._since = self.backend.clock.now()
         if self.stacks is not None:
-            self.stacks.forget(self.backend.clock.now())
+            self.stacks.forget(self._since)
 
     def keep(self, window: Window, budget: Budget) -> Metrics:
         """Judge ``window`` on the test's budget and keep it."""
@@ -262,8 +267,12 @@ class WindowCollector:
         return [*self.spans.steps, *self.spans.open_at(end)]
 
     def _ranges_at(self, end: int) -> list[Span]:
-        """The NVTX ranges, those still open as if they ended at ``end``."""
-        return [*self._ranges, *(replace(r, end=max(end, r.start)) for r in self._open_ranges)]
+        """The NVTX ranges since the last reset, those still open as if they ended at
+        ``end``; a range opened before the reset counts from it (a range a session-scoped
+        fixture opened does not stretch a test's window back into the tests before)."""
+        since = self._since
+        ranges = [*self._ranges, *(replace(r, end=max(end, r.start)) for r in self._open_ranges)]
+        return [replace(r, start=max(r.start, since)) if r.start < since else r for r in ranges if r.end >= since]
 
     def whole_test(self) -> Window | None:
         """The test as one window, from its first step or region to its last and its device work."""

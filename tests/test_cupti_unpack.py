@@ -395,6 +395,12 @@ def test_nvtx_ranges_are_paired_by_id_and_named_by_domain(monkeypatch):
     capture.drain()
     finished, still_open = capture.ranges()
     assert [(r.name, r.start, r.end) for r in finished] == [("upload", 100, 400)] and still_open == []
+    # a test starts: the ranges that ended are forgotten, one still open stays open
+    library.fill([(12, start, 500, 4, 2, ((1, 77),), 0, at["upload"], 0), (12, end, 600, 4, 2, ((1, 77),), 0, 0, 0)])
+    library.fill([(12, start, 700, 5, 2, ((1, 77),), 0, at["train"], 0)])
+    capture.reset()
+    finished, still_open = capture.ranges()
+    assert finished == [] and [r.name for r in still_open] == ["train"]
 
 
 def test_nvtx_injection_already_naming_another_library_is_said_not_overridden(monkeypatch):

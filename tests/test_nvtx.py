@@ -75,3 +75,31 @@ def test_a_range_and_a_step_of_one_name_are_one_step_with_the_same_figures():
     outer = Span("upload", 7, 0, 4 * MS, span_id=3)
     both = metrics.compute(Timeline(0, 10 * MS, "cupti", as_steps([outer], [as_range, train]), (), (copy, kernel)))
     assert both.steps["upload"].count == 1 and both.steps["upload"].bytes == 600_000_000
+
+
+def test_a_range_from_before_the_test_does_not_stretch_its_window(monkeypatch):
+    import threading
+
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.capture.clock import VirtualClock
+    from pytest_gpuprof.profiler import Profiler
+
+    backend = HostBackend(VirtualClock())
+    me = threading.get_native_id()
+    try:
+        backend.clock.spend(50 * MS)
+        earlier = Span("epoch", me, 0, 10 * MS, span_id=RANGE_IDS + 1)  # a test before this one
+        session_long = Span("session", me, 5 * MS, 5 * MS, span_id=RANGE_IDS + 2)  # still open
+        monkeypatch.setattr(backend, "ranges", lambda: ([earlier], [session_long]))
+        profiler = Profiler(backend)
+        backend.clock.spend(10 * MS)
+        with profiler.step("compute"):
+            backend.compute(2.0)
+        window = profiler.whole_test()
+        assert window is not None and window.timeline is not None
+        assert window.timeline.start == 50 * MS  # the test's part of the open range, not before
+        names = {s.name: s for s in window.timeline.steps}
+        assert "epoch" not in names
+        assert names["session"].start == 50 * MS and names["compute"].depth == 1
+    finally:
+        backend.close()

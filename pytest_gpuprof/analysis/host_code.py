@@ -81,8 +81,13 @@ def idle_by_code(
 ) -> list[tuple[str, float]]:
     """Nanoseconds of ``idle`` per place the sampled threads were, largest first (ties by
     name)."""
-    totals: dict[str, float] = defaultdict(float)
-    for piece in pieces(samples, idle, threads, reach):
+    return totals(pieces(samples, idle, threads, reach))
+
+
+def totals(cut: Sequence[Piece]) -> list[tuple[str, float]]:
+    """The pieces' nanoseconds per place, largest first (ties by name)."""
+    out: dict[str, float] = defaultdict(float)
+    for piece in cut:
         for place, ns in piece.shares.items():
-            totals[place] += ns
-    return sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+            out[place] += ns
+    return sorted(out.items(), key=lambda item: (-item[1], item[0]))

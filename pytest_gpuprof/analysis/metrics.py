@@ -151,7 +151,8 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     kernel_ns = seen.kernel_ns
 
     moves = _moves(seen)
-    charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, _transfers(seen, moves))
+    transfers = _transfers(seen, moves)
+    charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, transfers)
     scenarios = {name: whatif.predict(seen, name, pinned_gbps) for name in whatif.defaults(seen, charged)}
 
     utilization = _ratio(kernel_ns, wall)
@@ -196,37 +197,29 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
         kernel_totals=sm_metrics.kernel_totals(kernel_work, window),
-        idle_by_code=None if timeline.stacks is None else _idle_by_code(timeline, seen, moves, unattributed),
+        idle_by_code=None
+        if timeline.stacks is None
+        else tuple(
+            (where, ns / NS_PER_MS)
+            for where, ns in host_code.totals(_host_pieces(timeline, seen, transfers) if unattributed > 0 else [])
+        ),
     )
 
 
-def _idle_by_code(
-    timeline: Timeline, seen: whatif.Window, moves: dict[int, np.ndarray], unattributed: float
-) -> tuple[tuple[str, float], ...]:
-    """Where the threads that issue device work were during the unattributed idle, ms by
-    place, largest first."""
-    if unattributed <= 0 or not timeline.stacks:
-        return ()
-    idle = attribution.unattributed(timeline.steps, seen.idle, _transfers(seen, moves))
-    totals = host_code.idle_by_code(timeline.stacks, idle, _issuing_threads(timeline))
-    return tuple((where, ns / NS_PER_MS) for where, ns in totals)
-
-
-def _issuing_threads(timeline: Timeline) -> set[int]:
-    """The threads that issue device work: those with steps or device work, and the one
-    that measured the window."""
+def _host_pieces(timeline: Timeline, seen: whatif.Window, transfers: Mapping[str, np.ndarray]) -> list[host_code.Piece]:
+    """The unattributed idle cut by the host's sampling rounds, with where the threads that
+    issue device work (those with steps or device work, and the one that measured) were."""
+    if not timeline.stacks:
+        return []
     threads = {s.thread for s in timeline.steps} | set(np.unique(timeline.device.rows["thread"]).tolist())
-    return (threads | {timeline.thread}) - {0}
+    idle = attribution.unattributed(timeline.steps, seen.idle, transfers)
+    return host_code.pieces(timeline.stacks, idle, (threads | {timeline.thread}) - {0})
 
 
 def host_during_idle(timeline: Timeline) -> list[host_code.Piece]:
-    """The unattributed idle cut by the host's sampling rounds, with where the threads that
-    issue device work were: ``idle_by_code``'s figures, for drawing."""
-    if not timeline.stacks:
-        return []
+    """``idle_by_code``'s pieces, for drawing."""
     seen = _whatif_window(timeline)
-    idle = attribution.unattributed(timeline.steps, seen.idle, _transfers(seen))
-    return host_code.pieces(timeline.stacks, idle, _issuing_threads(timeline))
+    return _host_pieces(timeline, seen, _transfers(seen))
 
 
 # CUPTI's kernel and driver records add 2.0-2.6 us to each launch on an H200 (against an

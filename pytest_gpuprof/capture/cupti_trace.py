@@ -421,8 +421,10 @@ class CuptiCapture:
         return int(count[0])
 
     def reset(self) -> None:
-        """Forget everything recorded so far (a test starts)."""
+        """Forget everything recorded so far (a test starts): the ranges that ended too;
+        those still open stay open."""
         self._flush()
+        self._ranges = []
 
     def stop(self) -> None:
         self._flush()

@@ -13,6 +13,7 @@ The plugin's own threads (NVML, the host backend's device threads) are not sampl
 
 from __future__ import annotations
 
+import bisect
 import os
 import signal
 import site
@@ -125,6 +126,10 @@ def _called(below: list[CodeType]) -> CodeType | None:
     return next(named, entry)
 
 
+def _time(sample: HostSample) -> int:
+    return sample.time
+
+
 def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
@@ -157,14 +162,16 @@ class StackSampler:
                 self._samples.clear()
 
     def samples(self, lo: int, hi: int) -> list[HostSample]:
-        """The samples taken in ``[lo, hi]`` (host clock, ns)."""
+        """The samples taken in ``[lo, hi]`` (host clock, ns; kept in time order)."""
         with self._lock:
-            return [s for s in self._samples if lo <= s.time <= hi]
+            first = bisect.bisect_left(self._samples, lo, key=_time)
+            last = bisect.bisect_right(self._samples, hi, key=_time)
+            return self._samples[first:last]
 
     def forget(self, before: int) -> None:
         """Drop the samples older than ``before`` (a window was cut and is kept)."""
         with self._lock:
-            self._samples = [s for s in self._samples if s.time >= before]
+            del self._samples[: bisect.bisect_left(self._samples, before, key=_time)]
 
     def stop(self) -> None:
         self._stopped = True
