@@ -9,8 +9,10 @@ upload/train loop of ``tests/gpu``) and ``jax`` (12 ``device_put`` of 64 MiB and
 matmul chain; skipped where JAX is missing). Modes: ``untraced``; ``profiler``
 (``torch.profiler`` with CUDA activity); ``plugin`` (a child pytest whose test calls
 ``gpuprof.measure``: the round is a window); ``plugin-no-cupti``; and, to find what
-costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx`` and
-``plugin-no-threads`` (neither NVML's sampler nor the stack sampler).
+costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx``,
+``plugin-no-threads`` (neither NVML's sampler nor the stack sampler),
+``plugin-no-sample-no-nvtx`` (what sampling and NVTX cost together) and
+``plugin-sample-2ms``/``-5ms`` (the stack sampler's period set by the child's conftest).
 
 Every run warms the loop up (compiling, caching), then times ``ROUNDS[loop]`` rounds; a
 round's wall is its host time to the end of its device work (a synchronize). Printed:
@@ -133,7 +135,12 @@ PLUGIN_FLAGS = {
     "plugin-no-nvml": ["--gpu-no-nvml"],
     "plugin-no-nvtx": ["--gpu-nvtx=off"],
     "plugin-no-threads": ["--gpu-no-nvml", "--gpu-sample=off"],
+    "plugin-no-sample-no-nvtx": ["--gpu-sample=off", "--gpu-nvtx=off"],
+    "plugin-sample-2ms": [],
+    "plugin-sample-5ms": [],
 }
+# the stack sampler's period, set before the test creates the sampler
+PERIODS = {"plugin-sample-2ms": 0.002, "plugin-sample-5ms": 0.005}
 MODES = ["untraced", "profiler", *PLUGIN_FLAGS]
 
 TEST = """
@@ -172,11 +179,13 @@ def timed(loop: str, profiled: bool) -> dict[str, float]:
     return {"wall_ms": statistics.median(walls)}
 
 
-def plugin(loop: str, flags: list[str]) -> dict[str, float]:
+def plugin(loop: str, flags: list[str], period_s: float | None = None) -> dict[str, float]:
     loaded = [] if importlib.util.find_spec("pytest_gpuprof") and _installed() else ["-p", "pytest_gpuprof.plugin"]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "observed_loop.py").write_text(LOOPS[loop])
         Path(tmp, "test_observed.py").write_text(TEST.format(warmup=WARMUP, rounds=ROUNDS[loop]))
+        if period_s is not None:
+            Path(tmp, "conftest.py").write_text(f"import pytest_gpuprof.capture.stacks as s\ns.PERIOD_S = {period_s}\n")
         report = Path(tmp, "r.json")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *loaded, f"--gpu-report={report}"]
         done = subprocess.run(
@@ -205,7 +214,7 @@ def _installed() -> bool:
 def child(loop: str, mode: str) -> dict[str, float]:
     if mode in ("untraced", "profiler"):
         return timed(loop, mode == "profiler")
-    return plugin(loop, PLUGIN_FLAGS[mode])
+    return plugin(loop, PLUGIN_FLAGS[mode], PERIODS.get(mode))
 
 
 def main() -> None:

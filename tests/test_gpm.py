@@ -64,7 +64,7 @@ def test_a_window_carries_gpm_between_its_edges_and_frees_its_samples():
     nvml = FakeNvml()
     backend = HostBackend(VirtualClock())
     try:
-        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None))
+        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None, min_interval_s=0))
         with profiler.window("w") as done:
             backend.compute(2.0)
         (window,) = done
@@ -72,6 +72,20 @@ def test_a_window_carries_gpm_between_its_edges_and_frees_its_samples():
         assert window.metrics.flat()["gpm.sm_active"] == pytest.approx(0.40)
         assert window.metrics.to_dict()["gpm"]["sm_occupancy"] == pytest.approx(0.12)
         assert nvml.live == set()  # both samples freed
+    finally:
+        backend.close()
+
+
+def test_a_window_shorter_than_nvmls_gpm_refresh_has_no_gpm_figures():
+    nvml = FakeNvml()
+    backend = HostBackend(VirtualClock())
+    try:
+        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None))
+        assert profiler.gpm is not None and profiler.gpm.min_interval_s == gpm_mod.MIN_INTERVAL_S == 0.1
+        with profiler.window("w") as done:  # virtual time: the samples are microseconds apart
+            backend.compute(200.0)
+        assert done[0].metrics.gpm is None and "gpm" not in done[0].metrics.to_dict()
+        assert nvml.live == set()
     finally:
         backend.close()
 

@@ -2,12 +2,15 @@
 of ``sm_utilization``, the way NVML's utilization is the cross-check of ``utilization``.
 
 GPM needs two samples; a window takes one at each edge, and ``between`` reads the
-metrics of the stretch they bound. Where the GPU or driver has no GPM, ``start`` says why
-and windows carry no ``gpm`` figures.
+metrics of the stretch they bound. NVML refreshes the counters behind a sample about
+every 100 ms and asks for samples at least that far apart, so a window shorter than
+``MIN_INTERVAL_S`` carries no ``gpm`` figures: they would describe the stretch around it.
+Where the GPU or driver has no GPM, ``start`` says why and windows carry none either.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pytest_gpuprof.capture.nvml import _handle, _nvml
@@ -21,10 +24,15 @@ METRICS = {
 }
 
 
+# NVML's documented least interval between two GPM samples (its refresh period)
+MIN_INTERVAL_S = 0.1
+
+
 class Gpm:
-    def __init__(self, pynvml: Any, handle: Any) -> None:
+    def __init__(self, pynvml: Any, handle: Any, min_interval_s: float = MIN_INTERVAL_S) -> None:
         self._nvml = pynvml
         self._handle = handle
+        self.min_interval_s = min_interval_s
         self._ids = {name: getattr(pynvml, metric) for name, metric in METRICS.items()}
 
     @classmethod
@@ -39,26 +47,30 @@ class Gpm:
             gpm.release(gpm.sample())
         except Exception as e:  # an old driver or nvidia-ml-py, no permission
             return None, f"off ({type(e).__name__}: {e})"
-        return gpm, "live"
+        return gpm, f"live (windows of {MIN_INTERVAL_S * 1000:.0f} ms or more: NVML refreshes GPM every 100 ms)"
 
-    def edge(self) -> Any:
-        """A sample at a window's edge, or ``None`` where taking it failed (the window then
-        has no GPM figures)."""
+    def edge(self) -> tuple[Any, float] | None:
+        """A sample at a window's edge and when it was taken, or ``None`` where taking it
+        failed (the window then has no GPM figures)."""
         try:
-            return self.sample()
+            return self.sample(), time.monotonic()
         except Exception:
             return None
 
-    def since(self, first: Any) -> dict[str, float] | None:
-        """The metrics from the edge sample ``first`` to now, or ``None`` where a sample
-        failed; the samples are freed either way."""
+    def since(self, first: tuple[Any, float] | None) -> dict[str, float] | None:
+        """The metrics from the edge ``first`` to now, or ``None`` where a sample failed or
+        the two are closer than NVML's refresh; the samples are freed either way."""
         second = self.edge() if first is not None else None
-        if second is None:
+        if first is None or second is None:
             if first is not None:
-                self.release(first)
+                self.release(first[0])
+            return None
+        if second[1] - first[1] < self.min_interval_s:
+            self.release(first[0])
+            self.release(second[0])
             return None
         try:
-            return self.between(first, second)
+            return self.between(first[0], second[0])
         except Exception:
             return None
 

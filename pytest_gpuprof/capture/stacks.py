@@ -137,8 +137,8 @@ def _dunder(name: str) -> bool:
 class StackSampler:
     """Samples every other thread's stack while armed (a profiler is live)."""
 
-    def __init__(self, period_s: float = PERIOD_S) -> None:
-        self.period_s = period_s
+    def __init__(self, period_s: float | None = None) -> None:
+        self.period_s = PERIOD_S if period_s is None else period_s
         self._places = Places()
         self._lock = threading.Lock()
         self._samples: list[HostSample] = []

@@ -111,22 +111,12 @@ def loops(pytester, plugin_args):
     return steps, ranges
 
 
-def test_nvtx_ranges_are_steps_that_own_their_copies_and_kernels(pytester, plugin_args):
+def test_nvtx_ranges_are_steps_that_own_their_copies_kernels_and_idle(pytester, plugin_args):
     steps, ranges = loops(pytester, plugin_args)
     assert ranges["upload"]["bytes"] == steps["upload"]["bytes"] == 6 * 64 * (1 << 20)
     assert ranges["upload"]["count"] == steps["upload"]["count"] == 6
     assert ranges["upload"]["gbps"] == pytest.approx(steps["upload"]["gbps"], rel=0.1)
     assert ranges["train"]["sm_utilization"] == pytest.approx(steps["train"]["sm_utilization"], rel=0.01)
-    assert 0 < ranges["upload"]["idle_ms"] <= 1.05 * steps["upload"]["idle_ms"]
-
-
-@pytest.mark.xfail(
-    reason="open: on the H200 the gpuprof.step loop's upload idle read 9-13% above the NVTX loop's "
-    "(4 runs; docs/performance.md), its upload steps taking more host time",
-    strict=False,
-)
-def test_nvtx_ranges_charge_the_idle_of_gpuprof_steps_within_5_percent(pytester, plugin_args):
-    steps, ranges = loops(pytester, plugin_args)
     assert ranges["upload"]["idle_ms"] == pytest.approx(steps["upload"]["idle_ms"], rel=0.05)
 
 

@@ -210,7 +210,7 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
         [
             "gpuprof: backend cuda (CUDA device 0 is visible)",
             "gpuprof: device 0 *, * GiB, driver *, PCIe *",
-            "gpuprof: truth events; CUPTI off (--gpu-no-cupti); NVML live; GPM live",
+            "gpuprof: truth events; CUPTI off (--gpu-no-cupti); NVML live; GPM live (windows of 100 ms or more*",
         ]
     )
     result.assert_outcomes(passed=1)
@@ -224,7 +224,7 @@ def test_session_header_and_no_cupti_option(pytester, plugin_args):
             "*gpuprof: true GPU utilization*",
             "gpuprof: truth cupti; CUPTI live (records read from CUPTI*s buffers; launches tied to the steps that issued "
             "them (driver calls recorded: launches, copies, memsets, kernel names; * others off)); NVTX ranges as steps "
-            "(*); NVML live; GPM live",
+            "(*); NVML live; GPM live (windows of 100 ms or more*",
         ]
     )
     result.assert_outcomes(passed=1)
