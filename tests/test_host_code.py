@@ -64,7 +64,7 @@ def reference(samples, idle, threads, reach):
     st.integers(1, GRID),
 )
 def test_idle_by_code_matches_brute_force(samples, idle, threads, reach):
-    got = host_code.idle_by_code(samples, idle, threads, reach)
+    got = host_code.totals(host_code.pieces(samples, idle, threads, reach))
     assert dict(got) == pytest.approx(reference(samples, idle, threads, reach))
     assert [ns for _, ns in got] == sorted((ns for _, ns in got), reverse=True)
     pieces = host_code.pieces(samples, idle, threads, reach)
@@ -78,10 +78,10 @@ def test_the_idle_is_charged_to_where_the_thread_was_at_the_round_that_ends_it()
     samples = [HostSample(10, 1, "a"), HostSample(20, 1, "b"), HostSample(20, 2, "c"), HostSample(40, 7, "x")]
     # thread 7 is not one that issues work: its round at 40 is no round, and the idle
     # after the last round stays unexplained
-    got = host_code.idle_by_code(samples, [(0, 15), (18, 30)], {1, 2}, reach=1_000)
+    got = host_code.totals(host_code.pieces(samples, [(0, 15), (18, 30)], {1, 2}, reach=1_000))
     assert got == [("a", 10.0), ("b", 3.5), ("c", 3.5)]
     # a round reaches no further back than ``reach``: the sampler was held off
-    assert host_code.idle_by_code(samples, [(10, 20)], {1}, reach=4) == [("b", 4.0)]
+    assert host_code.totals(host_code.pieces(samples, [(10, 20)], {1}, reach=4)) == [("b", 4.0)]
 
 
 @given(*WINDOW)

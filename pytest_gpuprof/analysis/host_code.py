@@ -73,17 +73,6 @@ def pieces(
     return out
 
 
-def idle_by_code(
-    samples: Sequence[HostSample],
-    idle: Sequence[iv.Interval] | np.ndarray,
-    threads: Collection[int] | None = None,
-    reach: int = REACH_NS,
-) -> list[tuple[str, float]]:
-    """Nanoseconds of ``idle`` per place the sampled threads were, largest first (ties by
-    name)."""
-    return totals(pieces(samples, idle, threads, reach))
-
-
 def totals(cut: Sequence[Piece]) -> list[tuple[str, float]]:
     """The pieces' nanoseconds per place, largest first (ties by name)."""
     out: dict[str, float] = defaultdict(float)

@@ -87,17 +87,18 @@ def libcupti_path() -> str:
     return found
 
 
-def inject_nvtx(path: str) -> str:
+def inject_nvtx(path: str) -> tuple[bool, str]:
     """Point NVTX at ``path`` (the libcupti loaded), so that CUPTI records the ranges of
-    every library that makes its first NVTX call from now on; what the header says."""
+    every library that makes its first NVTX call from now on: whether it did, and what the
+    header says."""
     given = os.environ.get(NVTX_INJECTION)
     if given and os.path.realpath(given) != os.path.realpath(path):
-        return (
+        return False, (
             f"NVTX ranges not recorded: {NVTX_INJECTION}={given} names another library than the libcupti "
             f"in use ({path})"
         )
     os.environ[NVTX_INJECTION] = path
-    return (
+    return True, (
         "NVTX ranges as steps (a library that made its first NVTX call before the backend started, "
         "in a conftest or at import, is not seen)"
     )
@@ -255,8 +256,8 @@ class CuptiCapture:
             path = libcupti_path()
         except Exception as e:
             return f"NVTX ranges not recorded ({e})"
-        status = inject_nvtx(path)
-        if status.startswith("NVTX ranges as steps"):
+        injected, status = inject_nvtx(path)
+        if injected:
             self._layouts[int(cupti.ActivityKind.MARKER)] = ("marker", layout)
             self._enabled.append(cupti.ActivityKind.MARKER)
         return status
