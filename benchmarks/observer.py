@@ -12,7 +12,9 @@ matmul chain; skipped where JAX is missing). Modes: ``untraced``; ``profiler``
 costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx``,
 ``plugin-no-threads`` (neither NVML's sampler nor the stack sampler),
 ``plugin-no-sample-no-nvtx`` (what sampling and NVTX cost together) and
-``plugin-sample-2ms``/``-5ms`` (the stack sampler's period set by the child's conftest).
+``plugin-sample-2ms``/``-5ms`` (the stack sampler's period set by the child's conftest);
+``plugin-timed`` (everything on, but the test times its rounds itself, as ``untraced``
+does, without ``measure()``'s windows).
 
 Every run warms the loop up (compiling, caching), then times ``ROUNDS[loop]`` rounds; a
 round's wall is its host time to the end of its device work (a synchronize). Printed:
@@ -138,6 +140,7 @@ PLUGIN_FLAGS = {
     "plugin-no-sample-no-nvtx": ["--gpu-sample=off", "--gpu-nvtx=off"],
     "plugin-sample-2ms": [],
     "plugin-sample-5ms": [],
+    "plugin-timed": [],
 }
 # the stack sampler's period, set before the test creates the sampler
 PERIODS = {"plugin-sample-2ms": 0.002, "plugin-sample-5ms": 0.005}
@@ -152,6 +155,28 @@ def test_round(gpuprof):
     for _ in range({warmup}):
         one_round()
     gpuprof.measure(one_round, rounds={rounds}, warmup=0)
+"""
+
+# the rounds timed by the test itself, the plugin live around it
+TIMED_TEST = """
+import json
+import statistics
+import time
+
+from observed_loop import make_round
+
+
+def test_round(gpuprof):
+    one_round = make_round()
+    for _ in range({warmup}):
+        one_round()
+    walls = []
+    for _ in range({rounds}):
+        start = time.perf_counter_ns()
+        one_round()
+        walls.append((time.perf_counter_ns() - start) / 1e6)
+    with open("walls.json", "w") as out:
+        json.dump(statistics.median(walls), out)
 """
 
 
@@ -179,11 +204,13 @@ def timed(loop: str, profiled: bool) -> dict[str, float]:
     return {"wall_ms": statistics.median(walls)}
 
 
-def plugin(loop: str, flags: list[str], period_s: float | None = None) -> dict[str, float]:
+def plugin(loop: str, flags: list[str], period_s: float | None = None, timed: bool = False) -> dict[str, float]:
     loaded = [] if importlib.util.find_spec("pytest_gpuprof") and _installed() else ["-p", "pytest_gpuprof.plugin"]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "observed_loop.py").write_text(LOOPS[loop])
-        Path(tmp, "test_observed.py").write_text(TEST.format(warmup=WARMUP, rounds=ROUNDS[loop]))
+        Path(tmp, "test_observed.py").write_text(
+            (TIMED_TEST if timed else TEST).format(warmup=WARMUP, rounds=ROUNDS[loop])
+        )
         if period_s is not None:
             Path(tmp, "conftest.py").write_text(f"import pytest_gpuprof.capture.stacks as s\ns.PERIOD_S = {period_s}\n")
         report = Path(tmp, "r.json")
@@ -196,6 +223,8 @@ def plugin(loop: str, flags: list[str], period_s: float | None = None) -> dict[s
         )
         if done.returncode != 0:
             raise RuntimeError(f"plugin run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+        if timed:
+            return {"wall_ms": json.loads(Path(tmp, "walls.json").read_text())}
         (test,) = json.loads(report.read_text())["tests"]
         m = test["metrics"]
         return {
@@ -214,7 +243,7 @@ def _installed() -> bool:
 def child(loop: str, mode: str) -> dict[str, float]:
     if mode in ("untraced", "profiler"):
         return timed(loop, mode == "profiler")
-    return plugin(loop, PLUGIN_FLAGS[mode], PERIODS.get(mode))
+    return plugin(loop, PLUGIN_FLAGS[mode], PERIODS.get(mode), timed=mode == "plugin-timed")
 
 
 def main() -> None:

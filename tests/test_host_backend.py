@@ -263,8 +263,10 @@ def test_the_single_locks_overlap_prediction_meets_the_two_lock_run():
         backend.close()
 
 
-def test_measure_reads_the_device_records_once_after_its_last_round(backend, monkeypatch):
-    """A forced CUPTI flush slows the launches after it: none between two rounds."""
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_measure_reads_the_device_records_once_after_its_last_round(backend, monkeypatch, warmup):
+    """A forced CUPTI flush slows the launches after it: none between two rounds, nor
+    between the warm-up and the first round."""
     profiler = Profiler(backend, budget=Budget())
     drained = []
     drain = backend.drain
@@ -276,8 +278,8 @@ def test_measure_reads_the_device_records_once_after_its_last_round(backend, mon
         with profiler.step("compute"):
             backend.compute(1.0)
 
-    m = profiler.measure(body, rounds=4, warmup=0)
-    assert len(m.rounds["wall_ms"].samples) == 4
+    m = profiler.measure(body, rounds=4, warmup=warmup)
+    assert len(edges) == warmup + 4 and len(m.rounds["wall_ms"].samples) == 4
     assert m.steps["compute"].count == 1 and m.kernel_ms > 0
     between = [t for t in drained if edges[0] < t < edges[-1]]
     assert between == []
