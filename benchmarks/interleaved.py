@@ -44,9 +44,9 @@ class Sources:
         from pytest_gpuprof.capture.stacks import StackSampler
 
         self.cupti = cupti
-        self.recorded = cupti_trace.RECORDED_CALLS
+        self.record_only_work_calls = cupti_trace.record_only_work_calls
         self.capture = cupti_trace.CuptiCapture(cupti, library=cupti_trace.libcupti, nvtx=True)
-        self.kinds = list(self.capture._enabled)
+        self.kinds = self.capture.kinds
         self.stacks = StackSampler()
         self.nvml: Any = None
         self.set("none")
@@ -63,10 +63,7 @@ class Sources:
         elif config in ("cupti", "cupti+stacks", "plugin"):
             for kind in self.kinds:
                 cupti.activity_enable(kind)
-            # the kind's enabling turns every function on again: off again, as the capture does
-            for name, cbid in cupti.driver_api_trace_cbid.__members__.items():
-                if name not in ("INVALID", "SIZE", "FORCE_INT") and not self.recorded.match(name):
-                    cupti.activity_enable_driver_api(int(cbid), 0)
+            self.record_only_work_calls(cupti)  # after the kind: it overrides earlier choices
         self.stacks.disarm()
         if config in ("cupti+stacks", "plugin", "stacks"):
             self.stacks.arm()

@@ -235,18 +235,18 @@ class CuptiCapture:
         self._enabled.append(cupti.ActivityKind.DRIVER)
         self.reading += "; launches tied to the steps that issued them"
         self._mark_call = int(cupti.driver_api_trace_cbid.cuDriverGetVersion)
-        # after the kind is on: per-function choices made before it are overridden by it
-        off = 0
         try:
-            for name, cbid in cupti.driver_api_trace_cbid.__members__.items():
-                if name not in ("INVALID", "SIZE", "FORCE_INT") and not RECORDED_CALLS.match(name):
-                    cupti.activity_enable_driver_api(int(cbid), 0)
-                    off += 1
+            off = record_only_work_calls(cupti)
         except Exception as e:
             self.reading += f" (every driver call recorded: switching some off failed: {e})"
         else:
             self.reading += f" (driver calls recorded: launches, copies, memsets, kernel names; {off} others off)"
         return True
+
+    @property
+    def kinds(self) -> list[Any]:
+        """The activity kinds this capture enabled."""
+        return list(self._enabled)
 
     def _trace_ranges(self) -> str:
         """Record NVTX ranges: CUPTI's marker records, through NVTX's injection."""
@@ -431,6 +431,18 @@ class CuptiCapture:
         self._flush()
         for kind in self._enabled:
             self._cupti.activity_disable(kind)
+
+
+def record_only_work_calls(cupti: Any) -> int:
+    """Switch off the driver API records of every function but ``RECORDED_CALLS``; how
+    many were switched off. Called after the DRIVER kind is enabled: per-function choices
+    made before it are overridden by it."""
+    off = 0
+    for name, cbid in cupti.driver_api_trace_cbid.__members__.items():
+        if name not in ("INVALID", "SIZE", "FORCE_INT") and not RECORDED_CALLS.match(name):
+            cupti.activity_enable_driver_api(int(cbid), 0)
+            off += 1
+    return off
 
 
 def _driver_mark() -> Any:
