@@ -29,11 +29,33 @@ def test_two_shifts_in_a_long_history_are_both_found():
     assert [p.index for p in change_points(series)] == [8, 16]
 
 
+def test_a_regression_that_was_fixed_is_two_change_points():
+    up, back = change_points([10.0] * 4 + [10.5] * 4 + [10.0] * 4)
+    assert (up.index, up.before, up.after) == (4, 10.0, 10.5)
+    assert (back.index, back.before, back.after) == (8, 10.5, 10.0)
+    # as short as MIN_SIDE runs, the regressed level still shows both ways
+    assert [p.index for p in change_points([10.0] * 4 + [10.5] * MIN_SIDE + [10.0] * 4)] == [4, 4 + MIN_SIDE]
+
+
+def test_a_single_stray_run_anywhere_is_no_change_point():
+    for at in range(7):
+        levels = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0]
+        levels[at] = 13.0
+        assert change_points(levels) == []
+
+
 @given(st.lists(st.sampled_from([10.0, 10.5, 11.0, 20.0]), max_size=14))
 def test_every_change_point_separates_its_windows_and_none_is_a_lone_run(levels):
     for point in change_points(levels):
-        k = point.index
-        before, after = levels[max(0, k - WINDOW) : k], levels[k : k + WINDOW]
-        assert len(before) >= MIN_SIDE and len(after) >= MIN_SIDE
+        k, (b, a) = point.index, point.sides
+        assert MIN_SIDE <= b <= WINDOW and MIN_SIDE <= a <= WINDOW
+        before, after = levels[k - b : k], levels[k : k + a]
+        assert len(before) == b and len(after) == a
         assert min(after) > max(before) or max(after) < min(before)
         assert point.before == statistics.median(before) and point.after == statistics.median(after)
+
+
+@given(st.integers(MIN_SIDE, 8), st.integers(MIN_SIDE, 8), st.integers(MIN_SIDE, 8), st.sampled_from([9.0, 10.5, 20.0]))
+def test_a_level_between_two_equal_ones_is_found_both_ways(first, middle, last, height):
+    levels = [10.0] * first + [height] * middle + [10.0] * last
+    assert [p.index for p in change_points(levels)] == [first, first + middle]

@@ -1,14 +1,23 @@
 import itertools
 import json
+import math
 import threading
 
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.output import storage
-from pytest_gpuprof.verdict.compare import CompareError, assess, mann_whitney_greater, parse_thresholds, samples_of
+from pytest_gpuprof.verdict.compare import (
+    CompareError,
+    assess,
+    can_fail,
+    mann_whitney_greater,
+    parse_thresholds,
+    samples_of,
+)
 
 
 def test_expressions_parse_into_thresholds():
@@ -87,9 +96,64 @@ def test_mann_whitney_matches_enumerating_every_ordering(pair):
     assert mann_whitney_greater(x, y) == pytest.approx(expected)
 
 
-def test_mann_whitney_with_ties_uses_the_normal_approximation():
-    assert mann_whitney_greater([1, 1, 1, 1], [1, 1, 1, 1]) == 1.0  # all tied: no evidence either way
-    assert mann_whitney_greater([1, 1, 2, 2] * 5, [3, 3, 4, 4] * 5) < 1e-6
+def _permutation_p(x, y):
+    """The brute-force reference: every split of the pooled rounds into len(x) and len(y),
+    ties counted a half, the share whose U is at least the observed one."""
+    pooled = np.array([*x, *y], dtype=float)
+    # twice the pair's U contribution when row is an x and column a y: 2 above, 1 tied, 0 below
+    pair = 1 + np.sign(pooled[None, :] - pooled[:, None])
+    splits = np.zeros((math.comb(len(pooled), len(x)), len(pooled)))
+    for row, chosen in enumerate(itertools.combinations(range(len(pooled)), len(x))):
+        splits[row, list(chosen)] = 1
+    twice_u = np.einsum("si,ij,sj->s", splits, pair, 1 - splits)
+    observed = twice_u[0]  # the first split puts the x's first: the observed one
+    return float(np.mean(twice_u >= observed))
+
+
+# few distinct values: ties in most examples, as integer timers and a virtual clock give
+tied_rounds = st.lists(st.integers(0, 3), min_size=1, max_size=5)
+
+
+@settings(max_examples=5000, derandomize=True)
+@given(tied_rounds, tied_rounds)
+def test_mann_whitney_equals_the_permutation_reference_with_ties(x, y):
+    assert mann_whitney_greater(x, y) == pytest.approx(_permutation_p(x, y), abs=1e-9)
+
+
+@pytest.mark.parametrize(("n", "m"), [(1, 1), (2, 2), (3, 3), (1, 19), (2, 4)])
+def test_too_few_rounds_never_fail_however_tied(n, m):
+    # the exact p of n vs m rounds cannot go below 1/C(n+m, n) >= 0.05: no finding, ties or not
+    assert not can_fail(n, m)
+    for base, now in (([10.0] * n, [30.0] * m), ([10.0] * n, [10.0] * m), (list(range(n)), [100.0 + i for i in range(m)])):
+        assert mann_whitney_greater(base, now) >= 0.05
+        assert assess(WALL, base, now).finding != "regression"
+    assert can_fail(1, 20) and can_fail(4, 4)
+    assert mann_whitney_greater([10.0], [30.0] * 20) == pytest.approx(1 / 21)
+
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.lists(st.floats(0, 100), min_size=1, max_size=8), st.lists(st.floats(0, 100), min_size=1, max_size=8))
+def test_mann_whitney_agrees_with_scipy_without_ties(x, y):
+    if len({*x, *y}) < len(x) + len(y):
+        return  # scipy's exact method assumes no ties; the permutation test above covers them
+    expected = scipy_stats.mannwhitneyu(y, x, alternative="greater", method="exact").pvalue
+    assert mann_whitney_greater(x, y) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("value", [1.0, 7.5])
+def test_fully_tied_rounds_give_no_evidence(value):
+    assert mann_whitney_greater([value] * 4, [value] * 6) == 1.0
+    many = [value] * 150  # past the exact method: the tie-corrected approximation
+    assert mann_whitney_greater(many, many) == 1.0
+
+
+def test_the_normal_approximation_matches_scipy_on_many_tied_rounds():
+    x, y = [1, 1, 2, 2, 3] * 30, [2, 2, 3, 3, 4] * 30
+    expected = scipy_stats.mannwhitneyu(y, x, alternative="greater", method="asymptotic").pvalue
+    assert mann_whitney_greater(x, y) == pytest.approx(expected, rel=1e-6)
 
 
 def test_one_stray_baseline_round_costs_its_pairs_not_the_finding():
@@ -196,7 +260,7 @@ def test_cli_show_compare_merge_exit_codes(tmp_path, capsys):
     assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:+10%"]) == 1
     out = capsys.readouterr().out
     assert (
-        "wall_ms: baseline 10.000 -> 14.000 (+4.000, +40.0%; limit wall_ms:+10%; 5 vs 5 rounds; one-sided Mann-Whitney p=0.00509): regression"
+        "wall_ms: baseline 10.000 -> 14.000 (+4.000, +40.0%; limit wall_ms:+10%; 5 vs 5 rounds; one-sided Mann-Whitney p=0.00397): regression"
         in out
     )
     assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:10"]) == 2
