@@ -75,11 +75,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
             lines.append(f"{test['nodeid']}: new")
             continue
         changes = compare_tests(thresholds, old, test)
-        absent = [c.threshold.text for c in changes if c.baseline is None and c.current is None]
-        if absent:
-            lines.append(f"{test['nodeid']}: {', '.join(absent)}: no such metric in either report")
-            changes = [c for c in changes if c.baseline is not None or c.current is not None]
-        lines += change_lines(test["nodeid"], changes, clock_note(old, test))
+        lines += change_lines(test["nodeid"], changes, clock_note(old, test), gating)
         regressed |= bool(regressions(changes, gating))
     gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
     lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)

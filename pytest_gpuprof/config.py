@@ -8,6 +8,7 @@ where it came from, which the plugin turns into a pytest usage error (exit code 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -133,6 +134,9 @@ class Settings:
     device: int = 0
     rounds: int = 5
     warmup: int = 1
+    # --gpu-rounds given on the command line: the least rounds of every measure(), whatever
+    # it asks for (docs/design.md, "Rounds")
+    rounds_floor: int | None = None
     enforce: bool = False
     budget: Budget = field(default_factory=Budget)
     report: Path | None = None
@@ -215,6 +219,7 @@ class Settings:
             host_clock=pick("--gpu-host-clock", "host_clock", "real"),
             device=pick("--gpu-device", "device", 0),
             rounds=pick("--gpu-rounds", "rounds", 5),
+            rounds_floor=opt("--gpu-rounds"),
             warmup=pick("--gpu-warmup", "warmup", 1),
             enforce=opt("--gpu-budget"),
             budget=budget,
@@ -252,9 +257,13 @@ def check_number(key: str, value: Any, source: str) -> None:
 
 
 def check_output(option: str, path: Path, *, folder: bool = False) -> None:
-    """An output path that can be written: checked at start-up, not after every test ran."""
-    target = Path(path)
+    """An output path that can be written: checked at start-up, not after every test ran.
+    A symbolic link is followed (its target is what gets written); a device node, FIFO or
+    socket is refused, never replaced by a file."""
+    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     if target.exists():
+        if not folder and not target.is_dir() and not target.is_file():
+            raise ConfigError(f"{option}={path}: {_file_kind(target)}, not a regular file; give a file path")
         if folder and not target.is_dir():
             raise ConfigError(f"{option}={path}: exists and is not a folder")
         if not folder and target.is_dir():
@@ -267,6 +276,18 @@ def check_output(option: str, path: Path, *, folder: bool = False) -> None:
         raise ConfigError(f"{option}={path}: the folder {parent} does not exist")
     if not _can_create_in(parent):
         raise ConfigError(f"{option}={path}: the folder {parent} is not writable")
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+    ):
+        if test(mode):
+            return f"is {name}"
+    return "is a socket" if stat.S_ISSOCK(mode) else "is not a regular file"
 
 
 def _can_create_in(folder: Path) -> bool:

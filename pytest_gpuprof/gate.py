@@ -94,4 +94,14 @@ class Gate:
             return [f"{nodeid}: new (not in the baseline)"]
         from pytest_gpuprof.verdict.compare import change_lines
 
-        return change_lines(nodeid, changes, self._notes.get(nodeid))
+        return change_lines(nodeid, changes, self._notes.get(nodeid), self.settings.compare_fail or ())
+
+    def inert(self, changes: list[Change]) -> list[str]:
+        """The gating expressions that these changes could never have failed."""
+        from pytest_gpuprof.verdict.compare import inert_gates
+
+        return inert_gates(changes, self.settings.compare_fail or ())
+
+    def gates(self, nodeid: str) -> bool:
+        """Whether a gating expression applies to this test (a baseline entry to compare)."""
+        return bool(self.settings.compare_fail) and self._base(nodeid) is not None

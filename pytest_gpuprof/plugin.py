@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuprof.config import OPTIONS, ConfigError, Settings
-from pytest_gpuprof.session import BUDGET, PROFILER, WHOLE_CALL, GpuBudgetWarning, GpuSession
-from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.session import FIXTURES, PROFILER, GpuBudgetWarning, GpuSession, marker_budget
 
 __all__ = ["GpuBudgetWarning"]
 
@@ -24,9 +23,6 @@ if TYPE_CHECKING:
     from pytest_gpuprof.workload import GpuWorkload
 
 SESSION = pytest.StashKey[GpuSession]()
-
-
-FIXTURES = frozenset({"gpuprof", "gpu_workload"})
 
 
 def _allow_across_examples(item: pytest.Item) -> None:
@@ -88,44 +84,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A marker's mistake is a usage error before any test runs; the budget itself is read
+    when each test runs (``GpuSession.budget_of``), so that markers added later count."""
     session = config.stash[SESSION]
     for item in items:
         keywords = item.keywords  # holds every marker's name: a cheap test before the lookup
-        markers = list(item.iter_markers("gpu_budget")) if "gpu_budget" in keywords else []
-        marker = markers[0] if markers else None
-        if markers:
-            item.stash[BUDGET] = _marker_budget(item, markers, session.settings.budget)
+        if "gpu_budget" in keywords:
+            marker_budget(item.nodeid, list(item.iter_markers("gpu_budget")), session.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
-        elif marker is not None or (
-            session.settings.enforce
-            and not session.settings.budget.empty
-            and "gpu" in keywords
-            and item.get_closest_marker("gpu") is not None
-        ):
-            # a budget on a test that uses no fixture: its whole call is the window
-            item.stash[WHOLE_CALL] = True
         if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
-
-
-def _marker_budget(item: pytest.Item, markers: list[pytest.Mark], base: Budget) -> Budget:
-    """The test's ``gpu_budget`` markers merged key by key over the run's budget, the
-    closest winning: the function's (the one written nearest it first, when stacked),
-    then its class's, then its module's (``pytestmark``)."""
-    budget = base
-    for marker in reversed(markers):  # iter_markers yields the closest first
-        if marker.args:
-            raise pytest.UsageError(
-                f"pytest-gpuprof: {item.nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
-            )
-        try:
-            budget = parse_budget(marker.kwargs, f"{item.nodeid}: @pytest.mark.gpu_budget", own=True).merged_over(
-                budget
-            )
-        except BudgetError as e:
-            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-    return budget
 
 
 @pytest.fixture(scope="session")
@@ -138,7 +107,7 @@ def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
 def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
     session = request.config.stash[SESSION]
-    profiler = session.profiler(request.node.stash.get(BUDGET, session.settings.budget), request.node.nodeid)
+    profiler = session.profiler(session.budget_of(request.node), request.node.nodeid)
     request.node.stash[PROFILER] = profiler
     try:
         yield profiler

@@ -44,6 +44,7 @@ class Profiler:
         budget: Budget | None = None,
         rounds: int = 5,
         warmup: int = 1,
+        rounds_floor: int | None = None,
         sampler: Sampler | None = None,
         enforce: bool = False,
         pinned_gbps: Callable[[], float] | None = None,
@@ -55,14 +56,16 @@ class Profiler:
         self.budget = budget or Budget()
         self.default_rounds = rounds
         self.default_warmup = warmup
+        self.rounds_floor = rounds_floor  # --gpu-rounds: the least rounds of any measure()
         self.enforce = enforce
         self.owner = owner  # the test this profiler belongs to
         self.spans = SpanRecorder(backend)
         self.collector = WindowCollector(
             backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
         )
-        # what gpuprof.check() judged, passing or failing, with the metrics it judged
-        self.verdicts: list[tuple[Verdict, Metrics]] = []
+        # what gpuprof.check() judged, passing or failing, with the metrics it judged and
+        # the exception it raised (to tell, when the call ends, whether the test caught it)
+        self.verdicts: list[tuple[Verdict, Metrics, GpuBudgetExceeded | None]] = []
         # device memory held when the test started: what it must give back by its end
         self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
@@ -133,7 +136,7 @@ class Profiler:
         with each metric's spread in ``Metrics.rounds``.
         """
         self._alive("measure()")
-        rounds = self.default_rounds if rounds is None else rounds
+        rounds = self.rounds(rounds)
         warmup = self.default_warmup if warmup is None else warmup
         if rounds < 1 or warmup < 0:
             raise ValueError(f"measure(rounds={rounds}, warmup={warmup}): rounds must be >= 1, warmup >= 0")
@@ -146,16 +149,38 @@ class Profiler:
             if self.enforce:
                 window = self.windows[-1]
                 verdict, judged = self._examples.judgement(window.verdict, window.metrics)
-                window.settled = True
+                window.verdict, window.settled = verdict, True  # a breach re-measuring cleared is none
                 if verdict.breached:
-                    self._raise(verdict, judged, confirmed=True)
+                    raise self._error(verdict, judged, confirmed=True)
         return metrics
+
+    def rounds(self, asked: int | None) -> int:
+        """The rounds a measurement runs: what it asked for (else the configured default),
+        raised to ``--gpu-rounds`` where that was given on the command line."""
+        rounds = self.default_rounds if asked is None else asked
+        return rounds if self.rounds_floor is None else max(rounds, self.rounds_floor)
+
+    def start_call(self, budget: Budget) -> None:
+        """The test's call begins: what its fixtures' set-up did is in no window of it
+        (docs/design.md, "The window"), and its budget is its markers' as they read now."""
+        self.collector.reset()
+        self.rebudget(budget)
+
+    def rebudget(self, budget: Budget) -> None:
+        """This test's budget as its markers read now (a plugin, a hook or ``applymarker``
+        may have added one since collection): the windows judged again on it."""
+        if budget == self.budget:
+            return
+        self.budget = budget
+        for window in self.windows:
+            if not window.settled:
+                window.verdict = judge(budget, window.metrics)
 
     def repeat(self, body: Callable[[], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
         cut: list[list[Window]] = []
         # the warm-up inside the batch: CUPTI's forced flush at its start slows the round
         # after it, which is then a warm-up round, not the first measured one
-        with self.collector.batch():
+        with self.collector.batch(label):
             for _ in range(warmup):
                 with self.collector.unmeasured():
                     body()
@@ -176,12 +201,19 @@ class Profiler:
         return self.collector.whole_test()
 
     @property
-    def metrics(self) -> Metrics | None:
-        """The latest window's metrics, or the whole test so far when nothing was measured."""
-        return self.metrics_now()
+    def metrics(self) -> Metrics:
+        """The latest window's metrics, or the whole test so far when nothing was measured;
+        a clear error, not ``None``, before anything was."""
+        current = self.metrics_now()
+        if current is None:
+            raise ValueError(
+                f"gpuprof.metrics: nothing measured yet in {self.owner}: no step, region or measure() so far"
+            )
+        return current
 
     def metrics_now(self) -> Metrics | None:
-        """``metrics``, as a method: it synchronizes the device and drains its records."""
+        """The latest window's metrics, or the test so far (synchronizing the device and
+        draining its records); ``None`` before anything was measured."""
         self._alive("metrics")
         if self.windows:
             return self.windows[-1].metrics
@@ -213,26 +245,27 @@ class Profiler:
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
         verdict = judge(budget, current)
-        if self._examples.measured_this_one():
+        confirmed = self._examples.measured_this_one()
+        if confirmed:
             # after this example's measure(): judged as measure() judges its own budget
-            verdict, judged = self._examples.judgement(verdict, current)
-            self.verdicts.append((verdict, judged))
-            if verdict.breached:
-                self._raise(verdict, judged, confirmed=True)
-            return current
-        self.verdicts.append((verdict, current))
-        if verdict.breached:
-            self._raise(verdict, current)
+            verdict, current = self._examples.judgement(verdict, current)
+        error = self._error(verdict, current, confirmed=confirmed) if verdict.breached else None
+        self.verdicts.append((verdict, current, error))
+        if error is not None:
+            raise error
         return current
 
-    def _raise(self, verdict: Verdict, metrics: Metrics, *, confirmed: bool = False) -> None:
+    def _error(self, verdict: Verdict, metrics: Metrics, *, confirmed: bool = False) -> GpuBudgetExceeded:
         breaches = list(verdict.breaches)
         message = failure_message(breaches, metrics, confirmations=confirm.CONFIRMATIONS if confirmed else None)
-        raise GpuBudgetExceeded(message, breaches, metrics)
+        return GpuBudgetExceeded(message, breaches, metrics)
 
     def final_windows(self) -> list[Window]:
-        """The windows this test's budget is checked on: every measured one, else the test."""
+        """The windows this test's budget is checked on: every measured one, else the test.
+        Device work after the last measured window is said (``collector.outside``)."""
         if self.windows:
+            self.backend.synchronize()
+            self.collector.note_outside(self.windows[-1].label, after=True)
             return self.windows
         whole = self.whole_test()
         if whole is None:

@@ -23,7 +23,9 @@ from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.outputs import Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
-from pytest_gpuprof.verdict.budget import Budget
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.verdict.compare import WAY_OUT
+from pytest_gpuprof.verdict.outcome import Check, split_expected
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
@@ -34,11 +36,26 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
 PROFILER = pytest.StashKey["Profiler"]()
-# set at collection on a test with a budget and no fixture: its call is measured whole
-WHOLE_CALL = pytest.StashKey[bool]()
-# a test's budget from its marker, over the run's
-BUDGET = pytest.StashKey[Budget]()
 HOOKS_NAME = "gpuprof-session"
+# the fixtures that measure a test; a test with a budget and neither is measured whole
+FIXTURES = frozenset({"gpuprof", "gpu_workload"})
+
+
+def marker_budget(nodeid: str, markers: list[pytest.Mark], base: Budget) -> Budget:
+    """A test's ``gpu_budget`` markers merged key by key over the run's budget, the
+    closest winning: the function's (the one written nearest it first, when stacked),
+    then its class's, then its module's (``pytestmark``). A usage error names the test."""
+    budget = base
+    for marker in reversed(markers):  # iter_markers yields the closest first
+        if marker.args:
+            raise pytest.UsageError(
+                f"pytest-gpuprof: {nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
+            )
+        try:
+            budget = parse_budget(marker.kwargs, f"{nodeid}: @pytest.mark.gpu_budget", own=True).merged_over(budget)
+        except BudgetError as e:
+            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    return budget
 
 
 class GpuBudgetWarning(UserWarning):
@@ -108,6 +125,7 @@ class GpuSession:
             budget=budget,
             rounds=s.rounds,
             warmup=s.warmup,
+            rounds_floor=s.rounds_floor,
             sampler=self.runtime.sampler,
             enforce=s.enforce,
             pinned_gbps=lambda: self.device.h2d_gbps,
@@ -116,22 +134,55 @@ class GpuSession:
             stacks=self.runtime.stacks,
         )
 
-    def record(self, nodeid: str, profiler: Profiler) -> TestResult | None:
-        """The test's one verdict, kept where every output reads it: its windows judged on
-        its budget, and every ``check()`` it made, passing or failing."""
+    def budget_of(self, item: pytest.Item) -> Budget:
+        """The test's budget as its ``gpu_budget`` markers read now, over the run's: read
+        when the test runs, so that a marker a plugin, a hook or ``applymarker`` added
+        after collection applies as one written on the function does."""
+        markers = list(item.iter_markers("gpu_budget"))
+        if not markers:
+            return self.settings.budget
+        return marker_budget(item.nodeid, markers, self.settings.budget)
+
+    def measures_whole(self, item: pytest.Item) -> bool:
+        """A test with a budget and no fixture: its whole call is the window."""
+        if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            return False
+        if item.get_closest_marker("gpu_budget") is not None:
+            return True
+        s = self.settings
+        return s.enforce and not s.budget.empty and item.get_closest_marker("gpu") is not None
+
+    def record(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
+        """What the test measured and judged, kept where its verdict is built from: its
+        windows judged on its budget, every ``check()`` (whether the test caught its raise),
+        and the device work no window held. ``raised``: what the call raised, if anything."""
         from pytest_gpuprof.output.report import GpuRecord
+        from pytest_gpuprof.profiler import GpuBudgetExceeded
 
         windows = profiler.final_windows()
         if not windows:
             return None
         primary = _primary(windows)
         window = windows[primary]
-        verdict, metrics, failed_by = window.verdict, window.metrics, None
+        breaches, metrics, failing = list(window.verdict.breaches), window.metrics, None
         budget = profiler.budget
-        for checked, judged in profiler.verdicts:
+        raised_checks = [error for _, _, error in profiler.verdicts if error is not None]
+        uncaught = None
+        if raised is not None and any(raised is e for e in raised_checks):
+            uncaught = raised
+        elif isinstance(raised, GpuBudgetExceeded) and raised_checks:
+            uncaught = raised_checks[-1]  # re-raised by a wrapper (hypothesis replays the example)
+        checks = []
+        for checked, judged, error in profiler.verdicts:
             budget = checked.budget.merged_over(budget)
-            if checked.breached:
-                verdict, metrics, failed_by = checked, judged, "check"
+            caught = error is not None and error is not uncaught
+            checks.append(Check(checked.breaches, expected=caught))
+            if error is not None and not caught:
+                failing = Check(checked.breaches)
+                breaches, metrics = list(checked.breaches), judged
+        if window.settled and failing is None:
+            breaches = list(window.verdict.breaches)
+        counted, expected = split_expected(breaches, checks)
         problems = profiler.problems()
         if problems:
             metrics = replace(metrics, notes=(*metrics.notes, *problems))
@@ -143,17 +194,20 @@ class GpuSession:
             nodeid=nodeid,
             metrics=metrics,
             budget=budget,
-            breaches=list(verdict.breaches),
+            breaches=counted,
             enforced=self.settings.enforce,
             windows=len(windows),
             device=self.runtime.device_index,
-            failed_by=failed_by,
-            unjudged=list(verdict.unjudged),
+            checks=checks,
+            expected=expected,
+            failed_check=failing is not None,
+            unjudged=list(window.verdict.unjudged),
+            outside=list(profiler.collector.outside),
         )
         result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
         return result
 
-    def judge(self, item: pytest.Item, *, raised: bool = False) -> None:
+    def judge(self, item: pytest.Item, raised: BaseException | None = None) -> None:
         """After a test's call: record its verdict, then warn about or fail a breach and
         gate a regression (``raised``: the call failed already; it is recorded only)."""
         profiler = item.stash.get(PROFILER, None)
@@ -163,32 +217,45 @@ class GpuSession:
         if refused:  # a thread the virtual clock cannot follow: the test is refused, not measured
             refusal = "\n".join(refused)
             refused.clear()
-            if not raised:
+            if raised is None:
                 pytest.fail(refusal, pytrace=False)
             return
-        result = self.record(item.nodeid, profiler)
+        try:
+            profiler.rebudget(self.budget_of(item))  # applymarker inside the call counts too
+        except pytest.UsageError as e:
+            if raised is None:
+                pytest.fail(str(e), pytrace=False)
+            return
+        result = self.record(item.nodeid, profiler, raised)
         if result is None:
             return
         record = result.record
         result.changes, regression = self.gate.compare(item.nodeid, record.to_dict())
-        if regression is not None:
-            record.regressions = [c.threshold.metric for c in self.gate.regressed(result.changes)]
-        if raised:
+        record.comparisons = [c.to_dict() for c in result.changes]
+        record.regressions = [c.threshold.metric for c in self.gate.regressed(result.changes)]
+        record.inert = self.gate.inert(result.changes)
+        record.gated = self.gate.gates(item.nodeid)
+        if raised is not None:
             return
         message = None
         window = profiler.windows[result.primary]
-        if record.failed_by is None and window.verdict.breached and not window.settled:
+        if record.breaches and not record.failed_check and not window.settled:
             where = (window.label, result.primary, len(profiler.windows)) if len(profiler.windows) > 1 else None
             message = failure_message(record.breaches, record.metrics, window=where)
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
         for line in record.unjudged:  # neither kept nor breached: said so, never a failure
             _warn(item, f"GPU budget not judged: {line}")
+        if not profiler.budget.empty or record.gated:
+            for line in record.outside:
+                _warn(item, f"gpuprof: {line}")
+        for gate in record.inert:
+            _warn(item, f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {WAY_OUT}")
         for line in profiler.problems():  # steps made and never entered, or never left
             _warn(item, f"gpuprof: {line}")
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
+            record.warned_as_error = True
         if failures:
-            record.failed_by = "budget" if message in failures else "regression"
             pytest.fail("\n".join(failures), pytrace=False)
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
@@ -214,6 +281,8 @@ class GpuSession:
             leaks.append(f"{held:,} bytes ({held / GIB:.3g} GiB) of device memory still held after the test")
         if leaks:
             self.backend.trim()
+            if nodeid in self.results:
+                self.results[nodeid].record.leaks = leaks
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     def logreport(self, report: pytest.TestReport) -> None:
@@ -338,12 +407,17 @@ class SessionHooks:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         session = self._session
-        whole = item.stash.get(WHOLE_CALL, False)
+        # the markers as they read now: whatever added them since collection
+        budget = session.budget_of(item)
+        whole = session.measures_whole(item)
+        profiler = item.stash.get(PROFILER, None)
         if whole:
-            profiler = session.profiler(item.stash.get(BUDGET, session.settings.budget), item.nodeid)
+            profiler = session.profiler(budget, item.nodeid)
             item.stash[PROFILER] = profiler
+        elif profiler is not None:
+            profiler.start_call(budget)
         try:
-            if whole:
+            if whole and profiler is not None:
                 done: list[Window] = []
                 try:
                     with profiler.window("test") as done:
@@ -359,8 +433,8 @@ class SessionHooks:
                 result = yield
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException:
-            session.judge(item, raised=True)  # a failing call keeps its verdict (a failed check())
+        except BaseException as e:
+            session.judge(item, raised=e)  # a failing call keeps its verdict (a failed check())
             raise
         session.judge(item)
         return result

@@ -21,10 +21,11 @@ import numpy as np
 from pytest_gpuprof.analysis import metrics as metrics_mod
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.metrics import Metrics
-from pytest_gpuprof.analysis.model import Sample, Span
+from pytest_gpuprof.analysis.model import KINDS, Sample, Span
 from pytest_gpuprof.analysis.nvtx import as_steps
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.output.text import human_bytes
 from pytest_gpuprof.spans import SpanRecorder
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
@@ -97,6 +98,8 @@ class WindowCollector:
         self._batching = 0
         self._open = 0  # windows open now: one inside another is cut at once
         self._pending: list[tuple[list[Window], str, int, int, dict[str, float] | None, list[str]]] = []
+        # device work that ran outside every window once windows were cut: said, not judged
+        self.outside: list[str] = []
 
     @property
     def measuring(self) -> bool:
@@ -113,8 +116,8 @@ class WindowCollector:
         """
         out: list[Window] = []
         deferred = self._batching > 0 and self._open == 0
-        if not self._batching:
-            self.collect()
+        if not self._batching and not self._open:
+            self.note_outside(label)
         self._open += 1
         self._measuring += 1
         collecting = gc.isenabled()
@@ -157,12 +160,15 @@ class WindowCollector:
         out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
 
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, label: str = "measure") -> Iterator[None]:
         """The windows made inside (a ``measure()``'s rounds) are cut after the last one:
         CUPTI is flushed once for all of them, not between them. A forced flush slows the
         launches that follow it (on an H200, a CUDA-graph loop by 6%, docs/performance.md),
         which would put that cost in the next round."""
-        self.collect()
+        if not self._batching and not self._open:
+            self.note_outside(label)
+        else:
+            self.collect()
         self._batching += 1
         self._measuring += 1
         try:
@@ -187,6 +193,29 @@ class WindowCollector:
             self._measuring -= 1
             if not self.measuring:
                 self.reset()
+
+    def note_outside(self, label: str, *, after: bool = False) -> None:
+        """Say what device work ran since the last window (or the test's start) and before
+        this ``label`` window, or, ``after``, after the last one: it is in no window, so no
+        budget judges it (docs/design.md, "The window")."""
+        self.collect()
+        with self._lock:
+            rows = self._joined().rows
+            rows = rows[rows["start"] >= self._since]
+        if not len(rows):
+            return
+        parts = []
+        for index, kind in enumerate(KINDS):
+            mine = rows[rows["kind"] == index]
+            if len(mine):
+                size = f"{human_bytes(int(mine['bytes'].sum()))}, " if kind != "kernel" else ""
+                device_ms = float((mine["end"] - mine["start"]).sum()) / 1e6
+                parts.append(f"{len(mine)} {kind}{'s' if len(mine) > 1 else ''} ({size}{device_ms:.1f} ms)")
+        where = f"after the last {label} window" if after else f"before a {label} window"
+        self.outside.append(
+            f"device work {where}: {', '.join(parts)}; it is in no window and no budget judged it "
+            "(put it inside gpuprof.measure() or a step of a measured window to judge it)"
+        )
 
     def reset(self) -> None:
         """Forget spans, device work and notes already accounted for in a window."""

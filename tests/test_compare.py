@@ -124,7 +124,11 @@ def test_mann_whitney_equals_the_permutation_reference_with_ties(x, y):
 def test_too_few_rounds_never_fail_however_tied(n, m):
     # the exact p of n vs m rounds cannot go below 1/C(n+m, n) >= 0.05: no finding, ties or not
     assert not can_fail(n, m)
-    for base, now in (([10.0] * n, [30.0] * m), ([10.0] * n, [10.0] * m), (list(range(n)), [100.0 + i for i in range(m)])):
+    for base, now in (
+        ([10.0] * n, [30.0] * m),
+        ([10.0] * n, [10.0] * m),
+        (list(range(n)), [100.0 + i for i in range(m)]),
+    ):
         assert mann_whitney_greater(base, now) >= 0.05
         assert assess(WALL, base, now).finding != "regression"
     assert can_fail(1, 20) and can_fail(4, 4)

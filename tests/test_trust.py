@@ -325,7 +325,8 @@ def test_compare_names_a_metric_in_neither_report_as_such(tmp_path, capsys):
     a, b = _report(tmp_path, "a.json"), _report(tmp_path, "b.json")
     assert cli.main(["compare", str(a), str(b), "--fail", "steps.uplod.host_ms:+5%"]) == 0
     out = capsys.readouterr().out
-    assert "steps.uplod.host_ms:+5%: no such metric in either report" in out and "not in baseline" not in out
+    assert "steps.uplod.host_ms: not measured in the baseline nor in this run: this gate cannot act" in out
+    assert "gate inert: steps.uplod.host_ms:+5%" in out and "not in baseline" not in out
 
 
 @pytest.mark.parametrize(("command", "words"), [("show", "JSON report"), ("compare", "METRIC:+N%"), ("merge", "file")])

@@ -60,9 +60,7 @@ def change_points(levels: Sequence[float]) -> list[ChangePoint]:
 def _shift_at(levels: Sequence[float], k: int) -> tuple[float, ChangePoint] | None:
     """The shift at the split before run ``k`` over the widest windows that pass, if any."""
     widths = [
-        (b, a)
-        for b in range(MIN_SIDE, min(WINDOW, k) + 1)
-        for a in range(MIN_SIDE, min(WINDOW, len(levels) - k) + 1)
+        (b, a) for b in range(MIN_SIDE, min(WINDOW, k) + 1) for a in range(MIN_SIDE, min(WINDOW, len(levels) - k) + 1)
     ]
     for b, a in sorted(widths, key=lambda w: (-(w[0] + w[1]), -w[0])):
         before, after = levels[k - b : k], levels[k : k + a]

@@ -8,6 +8,7 @@ file gets the ordinary mode (0666 less the umask).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -37,8 +38,11 @@ def written(folder: Path, text: str) -> Iterator[Path]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, replacing what was there."""
-    path = Path(path)
+    """Write ``text`` to ``path``, replacing what was there; through a symbolic link, to
+    its target (the link stays). A device node, FIFO or socket is refused, not replaced."""
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise OSError(errno.EINVAL, f"{path}: not a regular file; refusing to replace it")
     with written(path.parent, text) as tmp:
         os.replace(tmp, path)
 

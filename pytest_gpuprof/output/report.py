@@ -14,50 +14,61 @@ from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
 from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
 from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
+from pytest_gpuprof.verdict.outcome import Check, TestVerdict
 
 SCHEMA = 1
 
 
 @dataclass
 class GpuRecord:
+    """A measured test: its reported window's figures, and every record its verdict is
+    built from (``verdict``)."""
+
     nodeid: str
     metrics: Metrics
     budget: Budget
-    breaches: list[Breach]
+    breaches: list[Breach]  # that count against the test: the reported window's, or an uncaught check()'s
     enforced: bool
     windows: int = 1
     outcome: str = "passed"
     xfail: bool = False
     device: int = 0
-    # what the plugin failed the test for: "budget" (--gpu-budget, or a breach warning
-    # under -W error), "check" (gpuprof.check() raised) or "regression" (a gate)
-    failed_by: str | None = None
-    # the limits that could not be judged, with the reason; the metrics that regressed
+    checks: list[Check] = field(default_factory=list)
+    expected: list[Breach] = field(default_factory=list)  # breaches a check() the test caught had raised
+    failed_check: bool = False  # a check() raised and the test did not catch it
+    warned_as_error: bool = False  # a breach's warning failed the test (-W error)
+    # the limits that could not be judged, with the reason; device work in no window
     unjudged: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    # the comparison with the baseline: each change's record, the gating metrics that
+    # regressed, the gating expressions that could not fail; whether a gate applied
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
+    inert: list[str] = field(default_factory=list)
+    gated: bool = False
+    leaks: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> TestVerdict:
+        """The test's one verdict, from every record above (``verdict.outcome``)."""
+        return TestVerdict(
+            outcome=self.outcome,
+            xfail=self.xfail,
+            budget_set=not self.budget.empty,
+            gated=self.gated,
+            breaches=tuple(self.breaches),
+            breaches_failed=self.enforced or self.failed_check or self.warned_as_error,
+            expected=tuple(self.expected),
+            regressions=tuple(self.regressions),
+            inert=tuple(self.inert),
+            leaks=tuple(self.leaks),
+            unjudged=tuple(self.unjudged) or tuple(not_measured(self.budget, self.metrics)),
+            records_lost=any(note.startswith(RECORDS_LOST) for note in self.metrics.notes),
+        )
 
     @property
     def status(self) -> str:
-        """The test's one verdict: '-' (no budget), ok, not measured, warn, FAIL or xfail,
-        with what breached or regressed; and 'records lost' where the measurement lost
-        device records."""
-        verdict = self._verdict()
-        if any(note.startswith(RECORDS_LOST) for note in self.metrics.notes):
-            return "records lost" if verdict == "-" else f"{verdict}; records lost"
-        return verdict
-
-    def _verdict(self) -> str:
-        if self.breaches:
-            keys = ",".join(sorted({b.key for b in self.breaches}))
-            if self.xfail:
-                return f"xfail: breach {keys}"
-            failed = self.enforced or self.failed_by in ("budget", "check")
-            return f"{'FAIL' if failed else 'warn'}: breach {keys}"
-        if self.regressions:
-            return f"{'xfail' if self.xfail else 'FAIL'}: regression {','.join(self.regressions)}"
-        if self.budget.empty:
-            return "-"
-        return "not measured" if self.unjudged or not_measured(self.budget, self.metrics) else "ok"
+        return self.verdict.status
 
     def properties(self) -> list[tuple[str, object]]:
         """The headline figures as JUnit XML properties (``record_property``)."""
@@ -82,8 +93,15 @@ class GpuRecord:
             "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},
             "windows": self.windows,
             "verdict": self.status,
+            "judgement": self.verdict.to_dict(),
             "device": self.device,
         }
+        if self.checks:
+            out["checks"] = [c.to_dict() for c in self.checks]
+        if self.comparisons:
+            out["comparisons"] = self.comparisons
+        if self.outside:
+            out["outside_windows"] = self.outside
         if self.xfail:
             out["xfail"] = True
         return out

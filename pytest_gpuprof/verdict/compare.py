@@ -15,7 +15,6 @@ so fewer than 4 rounds a side never give a finding.
 from __future__ import annotations
 
 import difflib
-import functools
 import itertools
 import math
 import re
@@ -24,8 +23,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import numpy as np
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
@@ -39,6 +36,12 @@ EXACT_WORK = 10_000
 # the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
 _EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.:\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
 
+
+# how a comparison gets enough rounds to fail: only measure() repeats its window
+WAY_OUT = (
+    "measure in gpuprof.measure() with 4 or more rounds a side (--gpu-rounds raises them); "
+    "a test measured whole or by its steps is one round"
+)
 
 # what a comparison with a baseline reports when no --gpu-compare-fail is given
 DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
@@ -132,7 +135,7 @@ LISTED_KERNELS = "kernels:+5%"
 # 5 us fill kernel moves by 7% from process to process (H200, docs/performance.md)
 KERNEL_FLOOR = 0.01
 
-Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing", "appeared", "vanished"]
+Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,26 @@ class Change:
     current: float | None
     p_value: float | None = None
     samples: tuple[int, int] = (0, 0)
+
+    @property
+    def inert(self) -> bool:
+        """Whether this comparison could never have found a regression: too few rounds on
+        a side for any p-value below ``ALPHA``, or the metric measured on neither side."""
+        return self.finding == "absent" or (self.finding not in ("missing",) and not can_fail(*self.samples))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record a test's verdict was built from: metric, before, after, threshold,
+        rounds a side, p, finding, and ``inert``."""
+        return {
+            "metric": self.threshold.metric,
+            "threshold": self.threshold.text,
+            "finding": self.finding,
+            "before": self.baseline,
+            "after": self.current,
+            "rounds": list(self.samples),
+            "p": self.p_value,
+            "inert": self.inert,
+        }
 
     @property
     def kernel(self) -> str | None:
@@ -157,6 +180,8 @@ class Change:
         if self.finding in ("appeared", "vanished"):
             ms = self.current if self.finding == "appeared" else self.baseline
             return f"{what}: {self.finding} ({ms:.3f} ms {'now' if self.finding == 'appeared' else 'in the baseline'})"
+        if self.finding == "absent":
+            return f"{what}: not measured in the baseline nor in this run: this gate cannot act ({t.text})"
         if self.baseline is None or self.current is None:
             side = "baseline" if self.baseline is None else "this run"
             return f"{what}: not in {side}"
@@ -164,10 +189,13 @@ class Change:
         change = self.current - self.baseline
         relative = f", {100 * change / self.baseline:+.1f}%" if self.baseline else ""
         test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
+        inert = ""
+        if self.inert:
+            inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {WAY_OUT})"
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
-            f"{self.finding}"
+            f"{self.finding}{inert}"
         )
 
 
@@ -179,6 +207,8 @@ def _formatter(metric: str) -> Callable[..., str]:
 
 def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[float]) -> Change:
     """What one metric did: regression, inconclusive, improvement or unchanged."""
+    if not baseline and not current:
+        return Change(threshold, "absent", None, None)
     if not baseline or not current:
         return Change(threshold, "missing", _median(baseline), _median(current))
     base_median, cur_median = float(statistics.median(baseline)), float(statistics.median(current))
@@ -240,6 +270,8 @@ def _exact_tail(x: Sequence[float], y: Sequence[float], u2: int) -> float:
     group of t equal values at doubled mid-rank r gives C(t, j) ways to put j of them on
     the y side, each adding j*r to the doubled rank sum. The counts are floats (C(100, 50)
     is 1e29) and the tail a ratio of them, good to the 15th digit."""
+    import numpy as np  # the plugin loads this module; numpy only when rounds are compared
+
     m = len(y)
     pooled = sorted(float(v) for v in (*x, *y))
     total = len(pooled)
@@ -335,12 +367,31 @@ def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> s
     return f"SM clock {before:.0f} MHz in the baseline, {now:.0f} MHz now: device times scale with it"
 
 
-def change_lines(nodeid: str, changes: Sequence[Change], note: str | None = None) -> list[str]:
+def change_lines(
+    nodeid: str, changes: Sequence[Change], note: str | None = None, gating: Sequence[Threshold] = ()
+) -> list[str]:
     """A test's lines of a comparison: what changed, then each notable change (and the
-    ``note`` that qualifies them all)."""
-    notable = [c for c in changes if c.finding != "unchanged" and c.kernel is None]
+    ``note`` that qualifies them all). A ``gating`` expression that cannot fail here is
+    always listed, as an inert gate: a gate silently off is worse than none."""
+    gates = {t.text for t in gating}
+    inert = [c for c in changes if c.inert and c.threshold.text in gates]
+
+    def notable_change(c: Change) -> bool:
+        if c.finding == "absent":
+            return c.threshold.text in gates
+        return c.finding != "unchanged" or c in inert
+
+    notable = [c for c in changes if notable_change(c) and c.kernel is None]
     # the kernels that changed, the largest change first: the lines a pull request reads
-    kernels = [c for c in changes if c.finding != "unchanged" and c.kernel is not None]
+    kernels = [c for c in changes if notable_change(c) and c.kernel is not None]
     notable += sorted(kernels, key=lambda c: -abs((c.current or 0.0) - (c.baseline or 0.0)))
-    found = ", ".join(sorted({c.finding for c in notable})) or "unchanged"
+    found = ", ".join(sorted({c.finding for c in notable} - {"absent"})) or "unchanged"
+    if inert:
+        found += f"; gate inert: {', '.join(sorted({c.threshold.text for c in inert}))}"
     return [f"{nodeid}: {found}", *([f"    note: {note}"] if note else []), *(f"    {c.describe()}" for c in notable)]
+
+
+def inert_gates(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[str]:
+    """The gating expressions that could not fail this test, each once."""
+    gates = {t.text for t in gating}
+    return sorted({c.threshold.text for c in changes if c.inert and c.threshold.text in gates})

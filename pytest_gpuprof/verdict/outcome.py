@@ -1,0 +1,114 @@
+"""A test's one verdict, built once from every source and read by every output.
+
+The sources: the budget's judgement of each window, each ``gpuprof.check()`` (and
+whether the test expected its breach), each comparison with the baseline, hypothesis
+confirmations (already inside the window judgements), leaks, and the test's outcome.
+The rule, in order (docs/design.md, "A test's verdict"):
+
+1. a skipped test's verdict is ``skipped``, whatever it measured before the skip;
+2. what counts against the test: unexpected breaches, clear regressions of a gating
+   expression, leaks. Each part reads ``FAIL`` where it failed the test (``--gpu-budget``,
+   a ``check()`` the test did not catch, ``--gpu-compare-fail``, a leak), ``warn`` where
+   it was only reported, ``xfail`` for a test that xfailed; failures first;
+3. with nothing against it: ``expected: breach ...`` where the test caught its own
+   ``check()``'s breach (``pytest.raises``), else ``ok``, ``not measured`` (a limit that
+   could not be judged) or ``-`` (no budget and no gate);
+4. then what qualifies it: ``gate inert: ...`` (a gating expression that these rounds can
+   never fail) and ``records lost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpuprof.verdict.budget import Breach
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One ``gpuprof.check()``: what it breached, and whether the test caught the raise."""
+
+    breaches: tuple[Breach, ...]
+    expected: bool = False  # it raised and the test went on (pytest.raises around it)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"breaches": [b.to_dict() for b in self.breaches], "expected": self.expected}
+
+
+@dataclass(frozen=True, slots=True)
+class TestVerdict:
+    __test__ = False  # not a pytest test class
+
+    outcome: str = "passed"  # pytest's: passed, failed, skipped
+    xfail: bool = False
+    budget_set: bool = False  # a budget applied to the test
+    gated: bool = False  # a gating expression applied to the test (a baseline entry and --gpu-compare-fail)
+    breaches: tuple[Breach, ...] = ()  # that count against the test
+    breaches_failed: bool = False  # they failed it (enforced, or a check() it did not catch)
+    expected: tuple[Breach, ...] = ()  # that a check() the test caught had raised
+    regressions: tuple[str, ...] = ()  # gating metrics that clearly regressed (they fail the test)
+    inert: tuple[str, ...] = ()  # gating expressions too few rounds can never fail
+    leaks: tuple[str, ...] = ()
+    unjudged: tuple[str, ...] = ()
+    records_lost: bool = False
+
+    @property
+    def status(self) -> str:
+        """The verdict as one line: the rule of this module's docstring."""
+        if self.outcome == "skipped" and not self.xfail:
+            return "skipped"
+        failing: list[str] = []
+        warning: list[str] = []
+        if self.breaches:
+            (failing if self.breaches_failed else warning).append(f"breach {_keys(self.breaches)}")
+        if self.regressions:
+            failing.append(f"regression {','.join(self.regressions)}")
+        if self.leaks:
+            failing.append("leak")
+        parts = []
+        if self.xfail and (failing or warning):
+            parts.append(f"xfail: {'; '.join([*failing, *warning])}")
+        else:
+            parts += [f"FAIL: {p}" for p in failing] + [f"warn: {p}" for p in warning]
+        if not parts:
+            if self.expected:
+                parts.append(f"expected: breach {_keys(self.expected)}")
+            elif not self.budget_set and not self.gated:
+                parts.append("-")
+            else:
+                parts.append("not measured" if self.unjudged else "ok")
+        if self.inert:
+            parts.append(f"gate inert: {','.join(self.inert)}")
+        if self.records_lost:
+            parts = ["records lost"] if parts == ["-"] else [*parts, "records lost"]
+        return "; ".join(parts)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the plugin failed the test (not whether it only warned)."""
+        return (bool(self.breaches) and self.breaches_failed) or bool(self.regressions) or bool(self.leaks)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status}
+        for key in ("breaches", "expected"):
+            value: Sequence[Breach] = getattr(self, key)
+            if value:
+                out[key] = [b.to_dict() for b in value]
+        for key in ("regressions", "inert", "leaks", "unjudged"):
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
+        return out
+
+
+def _keys(breaches: Sequence[Breach]) -> str:
+    return ",".join(sorted({b.key for b in breaches}))
+
+
+def split_expected(breaches: Sequence[Breach], checks: Sequence[Check]) -> tuple[list[Breach], list[Breach]]:
+    """``breaches`` into those that count and those a caught ``check()`` expected: a key
+    that the test's own ``pytest.raises`` around ``check()`` asserted breached."""
+    expected_keys = {b.key for c in checks if c.expected for b in c.breaches}
+    counted = [b for b in breaches if b.key not in expected_keys]
+    return counted, [b for b in breaches if b.key in expected_keys]
