@@ -21,7 +21,7 @@ from typing import Any
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
-from pytest_gpuprof.output.storage import BaselineError, load
+from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
@@ -61,7 +61,9 @@ def show(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tuple[list[str], bool]:
+def compare(
+    base: dict[str, Any], new: dict[str, Any], expressions: str, base_name: str = "BASE", new_name: str = "NEW"
+) -> tuple[list[str], bool]:
     gating = parse_thresholds(expressions)
     thresholds = with_listed_kernels(gating)
     by_id = {t["nodeid"]: t for t in base["tests"]}
@@ -74,6 +76,11 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
         if old is None:
             lines.append(f"{test['nodeid']}: new")
             continue
+        problem = entry_problem(old) or entry_problem(test)
+        if problem is not None:
+            where = base_name if entry_problem(old) else new_name
+            lines.append(f"{test['nodeid']}: not compared: {where}: {problem}")
+            continue
         changes = compare_tests(thresholds, old, test)
         lines += change_lines(test["nodeid"], changes, clock_note(old, test), gating)
         regressed |= bool(regressions(changes, gating))
@@ -82,15 +89,23 @@ def compare(base: dict[str, Any], new: dict[str, Any], expressions: str) -> tupl
     return lines, regressed
 
 
-def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One report of several: later reports win for a test id seen twice."""
+def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[str, Any]:
+    """One report of several, each test from the one report that holds it: a test in two
+    reports is refused (which of two measurements is the test's is not merge's to choose)."""
     ids = {r["machine"].get("id") for r in reports}
     if len(ids) > 1:
         raise BaselineError(f"cannot merge reports of different machines: {', '.join(sorted(map(str, ids)))}")
+    names = list(names) or [f"report {i + 1}" for i in range(len(reports))]
     tests: dict[str, dict[str, Any]] = {}
-    for r in reports:
+    source: dict[str, str] = {}
+    for name, r in zip(names, reports):
         for t in r["tests"]:
-            tests[t["nodeid"]] = t
+            if t["nodeid"] in tests:
+                raise BaselineError(
+                    f"{t['nodeid']} is in {source[t['nodeid']]} and in {name}: merge takes each test from one "
+                    "report; remove it from one of them"
+                )
+            tests[t["nodeid"]], source[t["nodeid"]] = t, name
     merged = {k: v for k, v in reports[-1].items() if k not in ("partial", "note")}
     partial = [f"{r['partial']} ({i + 1} of {len(reports)})" for i, r in enumerate(reports) if r.get("partial")]
     if partial:  # any input's run that did not finish makes the merge partial
@@ -195,11 +210,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "history":
             return _history(args)
         if args.command == "compare":
-            lines, regressed = compare(load(args.base), load(args.new), args.fail)
+            lines, regressed = compare(load(args.base), load(args.new), args.fail, str(args.base), str(args.new))
             print("\n".join(lines))
             return 1 if regressed else 0
         _output(args.output)
-        merged = merge([load(p) for p in args.reports])
+        merged = merge([load(p) for p in args.reports], [str(p) for p in args.reports])
         try:
             write_json(args.output, merged)
         except OSError as e:

@@ -25,6 +25,7 @@ class Gate:
         self.baseline: dict[str, Any] | None = None
         self.path: Path | None = None
         self._notes: dict[str, str | None] = {}  # by test: what qualifies its comparison
+        self._unusable: dict[str, str] = {}  # by test: why its baseline entry could not be compared
 
     @functools.cached_property
     def _thresholds(self) -> list[Threshold]:
@@ -67,7 +68,13 @@ class Gate:
         base = self._base(nodeid)
         if base is None:
             return [], None  # no baseline, or a new test: nothing to compare with
+        from pytest_gpuprof.output.storage import entry_problem
         from pytest_gpuprof.verdict.compare import clock_note, compare_tests
+
+        problem = entry_problem(base)
+        if problem is not None:
+            self._unusable[nodeid] = f"{self.path}: {nodeid}: {problem}: comparison not made"
+            return [], None
 
         changes = compare_tests(self._thresholds, base, test)
         self._notes[nodeid] = clock_note(base, test)
@@ -92,6 +99,8 @@ class Gate:
             return []
         if self._base(nodeid) is None:
             return [f"{nodeid}: new (not in the baseline)"]
+        if nodeid in self._unusable:
+            return [f"{nodeid}: not compared: {self._unusable[nodeid]}"]
         from pytest_gpuprof.verdict.compare import change_lines
 
         return change_lines(nodeid, changes, self._notes.get(nodeid), self.settings.compare_fail or ())
@@ -104,4 +113,8 @@ class Gate:
 
     def gates(self, nodeid: str) -> bool:
         """Whether a gating expression applies to this test (a baseline entry to compare)."""
-        return bool(self.settings.compare_fail) and self._base(nodeid) is not None
+        return bool(self.settings.compare_fail) and self._base(nodeid) is not None and nodeid not in self._unusable
+
+    def unusable(self, nodeid: str) -> str | None:
+        """Why this test's baseline entry could not be compared, naming the file and field."""
+        return self._unusable.get(nodeid)

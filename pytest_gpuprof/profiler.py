@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof import confirm
@@ -34,6 +35,17 @@ class GpuBudgetExceeded(AssertionError):
         super().__init__(message)
         self.breaches = breaches
         self.metrics = metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """One ``gpuprof.check()``: its verdict, the metrics it judged, what it raised, and
+    the keys it was asked about (``None``: the test's whole budget)."""
+
+    verdict: Verdict
+    metrics: Metrics
+    error: GpuBudgetExceeded | None
+    asked: frozenset[str] | None
 
 
 class Profiler:
@@ -65,7 +77,7 @@ class Profiler:
         )
         # what gpuprof.check() judged, passing or failing, with the metrics it judged and
         # the exception it raised (to tell, when the call ends, whether the test caught it)
-        self.verdicts: list[tuple[Verdict, Metrics, GpuBudgetExceeded | None]] = []
+        self.verdicts: list[Checked] = []
         # device memory held when the test started: what it must give back by its end
         self.memory_before = backend.memory_in_use()
         self.leaks: list[str] = []
@@ -238,9 +250,10 @@ class Profiler:
         configured budget. Passing or failing, the verdict is the test's record.
         """
         self._alive("check()")
-        budget = self.budget
+        budget, asked = self.budget, None
         if limits:
-            budget = parse_budget(limits, "gpuprof.check()", own=True).merged_over(self.budget)
+            own = parse_budget(limits, "gpuprof.check()", own=True)
+            budget, asked = own.merged_over(self.budget), frozenset(own.keys())
         current = self.metrics_now()
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
@@ -250,7 +263,7 @@ class Profiler:
             # after this example's measure(): judged as measure() judges its own budget
             verdict, current = self._examples.judgement(verdict, current)
         error = self._error(verdict, current, confirmed=confirmed) if verdict.breached else None
-        self.verdicts.append((verdict, current, error))
+        self.verdicts.append(Checked(verdict, current, error, asked))
         if error is not None:
             raise error
         return current

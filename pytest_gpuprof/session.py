@@ -166,20 +166,20 @@ class GpuSession:
         window = windows[primary]
         breaches, metrics, failing = list(window.verdict.breaches), window.metrics, None
         budget = profiler.budget
-        raised_checks = [error for _, _, error in profiler.verdicts if error is not None]
+        raised_checks = [c.error for c in profiler.verdicts if c.error is not None]
         uncaught = None
         if raised is not None and any(raised is e for e in raised_checks):
             uncaught = raised
         elif isinstance(raised, GpuBudgetExceeded) and raised_checks:
             uncaught = raised_checks[-1]  # re-raised by a wrapper (hypothesis replays the example)
         checks = []
-        for checked, judged, error in profiler.verdicts:
-            budget = checked.budget.merged_over(budget)
-            caught = error is not None and error is not uncaught
-            checks.append(Check(checked.breaches, expected=caught))
-            if error is not None and not caught:
-                failing = Check(checked.breaches)
-                breaches, metrics = list(checked.breaches), judged
+        for checked in profiler.verdicts:
+            budget = checked.verdict.budget.merged_over(budget)
+            caught = checked.error is not None and checked.error is not uncaught
+            checks.append(Check(checked.verdict.breaches, expected=caught, asked=checked.asked))
+            if checked.error is not None and not caught:
+                failing = checks[-1]
+                breaches, metrics = list(checked.verdict.breaches), checked.metrics
         if window.settled and failing is None:
             breaches = list(window.verdict.breaches)
         counted, expected = split_expected(breaches, checks)
@@ -248,6 +248,9 @@ class GpuSession:
         if not profiler.budget.empty or record.gated:
             for line in record.outside:
                 _warn(item, f"gpuprof: {line}")
+        unusable = self.gate.unusable(item.nodeid)
+        if unusable is not None:
+            _warn(item, f"gpuprof: baseline {unusable}")
         for gate in record.inert:
             _warn(item, f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {WAY_OUT}")
         for line in profiler.problems():  # steps made and never entered, or never left

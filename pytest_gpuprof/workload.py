@@ -153,7 +153,7 @@ class GpuWorkload:
             return done[0].metrics
         return self.profiler.repeat(
             run,
-            rounds=self.rounds if rounds is None else rounds,
+            rounds=self.profiler.rounds(rounds),
             warmup=self.warmup if warmup is None else warmup,
             label=f"partitions[{strategy}]",
         )

@@ -273,8 +273,12 @@ def test_cli_show_compare_merge_exit_codes(tmp_path, capsys):
     broken.write_text("{")
     assert cli.main(["show", str(broken)]) == 2
     merged = tmp_path / "m.json"
-    assert cli.main(["merge", str(base), str(same), "-o", str(merged)]) == 0
+    only_b = tmp_path / "only_b.json"
+    only_b.write_text(json.dumps(report(tests=[test("t::b", [1, 1, 1])])))
+    assert cli.main(["merge", str(base), str(only_b), "-o", str(merged)]) == 0
     assert [t["nodeid"] for t in json.loads(merged.read_text())["tests"]] == ["t::a", "t::b"]
+    assert cli.main(["merge", str(base), str(same), "-o", str(merged)]) == 2  # t::a in both
+    assert f"t::a is in {base} and in {same}" in capsys.readouterr().err
     other = tmp_path / "other.json"
     other.write_text(json.dumps(report(machine_id="cuda-x")))
     assert cli.main(["merge", str(base), str(other), "-o", str(merged)]) == 2

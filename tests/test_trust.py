@@ -293,11 +293,11 @@ def test_a_baseline_named_like_a_file_is_refused_with_the_name_to_use(pytester):
     result.stderr.fnmatch_lines(["*--gpu-save='v1.json': give the baseline a name, not a file name: --gpu-save=v1*"])
 
 
-def _report(tmp_path, name, **extra):
+def _report(tmp_path, name, nodeid="t::a", **extra):
     from tests.test_compare import report
 
     path = tmp_path / name
-    data = report(tests=[{"nodeid": "t::a", "outcome": "passed", "metrics": {"wall_ms": 1.0}}])
+    data = report(tests=[{"nodeid": nodeid, "outcome": "passed", "metrics": {"wall_ms": 1.0}}])
     path.write_text(json.dumps({**data, **extra}))
     return path
 
@@ -306,7 +306,7 @@ def test_merge_refuses_a_folder_or_a_missing_folder_and_keeps_any_partial_run(tm
     from pytest_gpuprof import cli
 
     done = _report(tmp_path, "done.json")
-    cut = _report(tmp_path, "cut.json", partial="was interrupted")
+    cut = _report(tmp_path, "cut.json", nodeid="t::b", partial="was interrupted")
     assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path)]) == 2
     assert "is a folder; give a file path" in capsys.readouterr().err
     assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path / "missing" / "m.json")]) == 2

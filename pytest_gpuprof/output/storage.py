@@ -8,11 +8,13 @@ overwrites when the name is taken.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.output.files import written
 from pytest_gpuprof.output.report import SCHEMA
 
@@ -104,3 +106,43 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("nodeid"), str) for t in tests):
         raise BaselineError(f"{path}: 'tests' must be a list of tests with a nodeid")
     return data
+
+
+def entry_problem(test: dict[str, Any]) -> str | None:
+    """What makes a report's test entry unusable for a comparison: the field and why; or
+    ``None``. The figures a comparison reads are numbers (or null where not measured):
+    the window's and each step's metrics, and every round's samples."""
+    metrics = test.get("metrics")
+    if not isinstance(metrics, dict):
+        return f"metrics: a table is expected, not {_kind(metrics)}"
+    for name in descriptors.names("window"):
+        if not _figure(metrics.get(name)):
+            return f"metrics.{name}: a number is expected, not {_kind(metrics.get(name))}"
+    steps = metrics.get("steps", {})
+    if not isinstance(steps, dict):
+        return f"metrics.steps: a table is expected, not {_kind(steps)}"
+    for step, figures in steps.items():
+        if not isinstance(figures, dict):
+            return f"metrics.steps.{step}: a table is expected, not {_kind(figures)}"
+        for name in descriptors.names("step"):
+            if not _figure(figures.get(name)):
+                return f"metrics.steps.{step}.{name}: a number is expected, not {_kind(figures.get(name))}"
+    rounds = test.get("rounds", {})
+    if not isinstance(rounds, dict):
+        return f"rounds: a table is expected, not {_kind(rounds)}"
+    for path, summary in rounds.items():
+        samples = summary.get("samples") if isinstance(summary, dict) else None
+        if not isinstance(samples, list) or not all(_figure(v) and v is not None for v in samples):
+            return f"rounds.{path}.samples: a list of finite numbers is expected"
+    return None
+
+
+def _figure(value: object) -> bool:
+    """A measured number (finite, not a bool) or null."""
+    if value is None:
+        return True
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else repr(value) if isinstance(value, str) else type(value).__name__

@@ -123,6 +123,10 @@ class Budget(_Limits):
             steps[name] = step.over(steps.get(name, StepBudget()))
         return Budget(steps=steps, own=self.own | base.own, **{**base.set(), **self.set()})
 
+    def keys(self) -> list[str]:
+        """Every limit set, as a breach names it: ``min_utilization``, ``steps.upload.max_ms``."""
+        return [*self.set(), *(f"steps.{name}.{key}" for name, s in self.steps.items() for key in s.set())]
+
     def limits(self) -> dict[str, Any]:
         out: dict[str, Any] = self.set()
         if self.steps:

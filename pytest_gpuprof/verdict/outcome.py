@@ -32,9 +32,18 @@ class Check:
 
     breaches: tuple[Breach, ...]
     expected: bool = False  # it raised and the test went on (pytest.raises around it)
+    asked: frozenset[str] | None = None  # the keys it was given; None: the test's whole budget
+
+    @property
+    def expects(self) -> list[Breach]:
+        """The breaches the test asserted by catching this check: of the keys it asked about."""
+        if not self.expected:
+            return []
+        return [b for b in self.breaches if self.asked is None or b.key in self.asked]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"breaches": [b.to_dict() for b in self.breaches], "expected": self.expected}
+        out: dict[str, Any] = {"breaches": [b.to_dict() for b in self.breaches], "expected": self.expected}
+        return {**out, "asked": sorted(self.asked)} if self.asked is not None else out
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,8 @@ class TestVerdict:
     @property
     def failed(self) -> bool:
         """Whether the plugin failed the test (not whether it only warned)."""
+        if self.outcome == "skipped":
+            return False
         return (bool(self.breaches) and self.breaches_failed) or bool(self.regressions) or bool(self.leaks)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,8 +118,9 @@ def _keys(breaches: Sequence[Breach]) -> str:
 
 
 def split_expected(breaches: Sequence[Breach], checks: Sequence[Check]) -> tuple[list[Breach], list[Breach]]:
-    """``breaches`` into those that count and those a caught ``check()`` expected: a key
-    that the test's own ``pytest.raises`` around ``check()`` asserted breached."""
-    expected_keys = {b.key for c in checks if c.expected for b in c.breaches}
-    counted = [b for b in breaches if b.key not in expected_keys]
-    return counted, [b for b in breaches if b.key in expected_keys]
+    """``breaches`` into those that count and those a caught ``check()`` expected (a key
+    the test asked that check about and asserted breached with ``pytest.raises``); the
+    expected ones include the checks' own, each key once."""
+    expects = {b.key: b for c in checks for b in c.expects}
+    counted = [b for b in breaches if b.key not in expects]
+    return counted, list(expects.values())

@@ -1,0 +1,401 @@
+"""One verdict per test, however the test was written: markers that arrive late, checks
+the test expected, comparisons that cannot fail, work outside the windows, skips, and
+inputs and outputs that cannot be trusted. Each case here failed before the verdict was
+built in one place (``verdict.outcome``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from pytest_gpuprof.verdict.budget import Breach
+from pytest_gpuprof.verdict.outcome import Check, TestVerdict, split_expected
+
+
+def entry(report, name):
+    (test,) = [t for t in report["tests"] if t["nodeid"].endswith(name)]
+    return test
+
+
+def report_of(pytester, name="r.json"):
+    return json.loads(pytester.path.joinpath(name).read_text())
+
+
+# a window of 5 ms of kernels after a 16 MiB upload: well under 99% utilization
+UPLOAD_THEN_KERNELS = """
+import pytest
+
+def test_upload(gpu_workload):
+    gpu_workload.upload(16 << 20)
+    gpu_workload.compute(ms=5)
+"""
+
+ADOPT_PLUGIN = """
+import pytest
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.gpu_budget(min_utilization=0.99))
+"""
+
+
+# 1. markers, however they arrive
+
+
+def test_a_marker_added_by_a_plugin_given_with_p_fails_a_breach(pytester):
+    pytester.makepyfile(gpuprof_adopt=ADOPT_PLUGIN, test_by_plugin=UPLOAD_THEN_KERNELS)
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "gpuprof_adopt", "--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    assert entry(report_of(pytester), "test_upload")["verdict"] == "FAIL: breach min_utilization"
+
+
+def test_a_marker_added_by_a_plugin_measures_a_test_with_no_fixture(pytester):
+    pytester.makepyfile(
+        gpuprof_adopt=ADOPT_PLUGIN,
+        test_by_plugin="""
+        def test_plain(pytestconfig):
+            import time
+            time.sleep(0.001)
+        """,
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "gpuprof_adopt", "--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)  # measured whole: no kernels in the call, 0% < 99%
+    assert entry(report_of(pytester), "test_plain")["verdict"] == "FAIL: breach min_utilization"
+
+
+def test_a_trylast_conftest_hook_adds_a_marker_that_counts(pytester):
+    pytester.makeconftest(
+        ADOPT_PLUGIN.replace("def pytest_collection", "@pytest.hookimpl(trylast=True)\ndef pytest_collection")
+    )
+    pytester.makepyfile(UPLOAD_THEN_KERNELS)
+    pytester.runpytest("--gpu-budget").assert_outcomes(failed=1)
+
+
+@pytest.mark.parametrize("where", ["fixture", "test"])
+def test_applymarker_counts_from_a_fixture_and_from_the_test(pytester, where):
+    marker = "request.applymarker(pytest.mark.gpu_budget(min_utilization=0.99))"
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.fixture
+        def strict(request):
+            {marker if where == "fixture" else "pass"}
+
+        def test_upload(gpu_workload, strict, request):
+            {marker if where == "test" else "pass"}
+            gpu_workload.upload(16 << 20)
+            gpu_workload.compute(ms=5)
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    assert entry(report_of(pytester), "test_upload")["verdict"] == "FAIL: breach min_utilization"
+
+
+def test_a_bad_marker_added_late_fails_its_test_with_the_reason(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_upload(gpu_workload, request):
+            request.applymarker(pytest.mark.gpu_budget(min_utilisation=0.5))
+            gpu_workload.compute(ms=5)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*unknown budget key*min_utilisation*"])
+
+
+# 2. a regression in the verdict beside a breach warning, and its record in the JSON
+
+SLOWER = """
+import pytest
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+def test_loop(gpuprof, gpu_workload):
+    gpuprof.measure(lambda: (gpu_workload.upload(4 << 20), gpu_workload.compute(ms={ms})), rounds=5, warmup=0)
+"""
+
+
+def test_a_regression_and_a_breach_warning_are_both_in_the_verdict(pytester):
+    pytester.makepyfile(test_loop=SLOWER.format(ms=2))
+    pytester.runpytest("--gpu-save=base").assert_outcomes(passed=1, warnings=1)
+    pytester.makepyfile(test_loop=SLOWER.format(ms=4))
+    result = pytester.runpytest("--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    test = entry(report_of(pytester), "test_loop")
+    assert test["verdict"] == "FAIL: regression kernel_ms; warn: breach min_utilization"
+    (kernel,) = [c for c in test["comparisons"] if c["threshold"] == "kernel_ms:+5%"]
+    assert kernel["finding"] == "regression" and kernel["rounds"] == [5, 5] and kernel["inert"] is False
+    assert kernel["before"] == pytest.approx(2.0, rel=0.01) and kernel["after"] == pytest.approx(4.0, rel=0.01)
+    assert 0 < kernel["p"] < 0.05
+    result.stdout.fnmatch_lines(["*FAIL: regression kernel_ms; warn: breach min_utilization*"])
+
+
+# 3. gates that cannot fail say so; --gpu-rounds and measure(rounds=) combine
+
+MARKER_ONLY = """
+import pytest
+
+@pytest.mark.gpu_budget(min_utilization=0.0)
+def test_whole(gpu_workload):
+    gpu_workload.compute(ms={ms})
+"""
+
+
+def test_a_gate_on_a_test_of_one_round_says_it_cannot_fail(pytester):
+    pytester.makepyfile(test_whole=MARKER_ONLY.format(ms=2))
+    pytester.runpytest("--gpu-save=base").assert_outcomes(passed=1)
+    pytester.makepyfile(test_whole=MARKER_ONLY.format(ms=6))
+    result = pytester.runpytest("--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, warnings=1)
+    test = entry(report_of(pytester), "test_whole")
+    assert test["verdict"] == "ok; gate inert: kernel_ms:+5%"
+    (kernel,) = [c for c in test["comparisons"] if c["threshold"] == "kernel_ms:+5%"]
+    assert kernel["inert"] is True and kernel["rounds"] == [1, 1]
+    out = result.stdout.str()
+    assert "--gpu-compare-fail=kernel_ms:+5% cannot fail this test" in out
+    assert "gate inert: kernel_ms:+5%" in out and "inert: 1 vs 1 rounds can never reach p < 0.05" in out
+
+
+def test_gpu_rounds_raises_the_rounds_a_measure_asks_for(pytester):
+    pytester.makepyfile(
+        """
+        def test_loop(gpuprof, gpu_workload):
+            few = gpuprof.measure(lambda: gpu_workload.compute(ms=1), rounds=2, warmup=0)
+            many = gpuprof.measure(lambda: gpu_workload.compute(ms=1), rounds=12, warmup=0)
+            assert len(few.rounds["wall_ms"].samples) == 9
+            assert len(many.rounds["wall_ms"].samples) == 12
+        """
+    )
+    pytester.runpytest("--gpu-rounds=9").assert_outcomes(passed=1)
+
+
+# 5. work outside measure() is said, never silently dropped
+
+
+def test_device_work_outside_measure_is_reported_and_not_judged(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(min_utilization=0.9)
+        def test_loop(gpuprof, gpu_workload):
+            gpu_workload.upload(256 << 20)
+            gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+            gpu_workload.upload(1 << 20)
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, warnings=2)
+    before, after = entry(report_of(pytester), "test_loop")["outside_windows"]
+    assert before.startswith("device work before a measure window: 1 memcpy (256.0 MiB")
+    assert after.startswith("device work after the last measure window: 1 memcpy (1.0 MiB")
+    assert "no budget judged it" in before
+    result.stdout.fnmatch_lines(["*gpuprof: device work before a measure window: 1 memcpy (256.0 MiB*"])
+
+
+def test_fixture_set_up_is_in_no_window_and_not_reported_as_outside(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.fixture
+        def staged(gpu_workload):
+            gpu_workload.upload(8 << 20)
+
+        @pytest.mark.gpu_budget(min_utilization=0.9)
+        def test_loop(gpuprof, gpu_workload, staged):
+            gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1)
+    assert "outside_windows" not in entry(report_of(pytester), "test_loop")
+
+
+# 6. verdicts that agree with the outcome
+
+EXPECTED_BREACH = """
+import pytest
+from pytest_gpuprof import GpuBudgetExceeded
+
+@pytest.mark.gpu_budget({marker})
+def test_single_lock(gpuprof, gpu_workload):
+    gpu_workload.partitions(n=4, upload_bytes=16 << 20, compute_ms=2, workers=2, strategy="single-lock", rounds=1, warmup=0)
+    with pytest.raises(GpuBudgetExceeded):
+        gpuprof.check(min_utilization=0.99)
+"""
+
+
+def test_a_breach_the_test_expected_reads_expected(pytester):
+    pytester.makepyfile(EXPECTED_BREACH.format(marker=""))
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1)
+    test = entry(report_of(pytester), "test_single_lock")
+    assert test["verdict"] == "expected: breach min_utilization"
+    assert test["checks"] == [
+        {"breaches": test["judgement"]["expected"], "expected": True, "asked": ["min_utilization"]}
+    ]
+
+
+def test_the_project_budget_still_fails_a_test_that_expected_another_breach(pytester):
+    pytester.makepyfile(EXPECTED_BREACH.format(marker="max_discrepancy=0.01"))
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    assert entry(report_of(pytester), "test_single_lock")["verdict"] == "FAIL: breach max_discrepancy"
+
+
+def test_a_test_skipped_after_a_breaching_window_reads_skipped(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(min_utilization=0.99)
+        def test_skips(gpuprof, gpu_workload):
+            gpuprof.measure(lambda: gpu_workload.upload(4 << 20), rounds=1, warmup=0)
+            pytest.skip("not on this machine")
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(skipped=1)
+    test = entry(report_of(pytester), "test_skips")
+    assert (test["outcome"], test["verdict"]) == ("skipped", "skipped")
+
+
+def test_a_leak_is_in_the_verdict(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        kept = []
+
+        @pytest.mark.gpu_budget(min_utilization=0.0)
+        def test_leaks(gpu_workload):
+            kept.append(gpu_workload.alloc(1 << 20))
+            gpu_workload.compute(ms=1)
+        """
+    )
+    result = pytester.runpytest("--gpu-report=r.json")
+    result.assert_outcomes(passed=1, errors=1)
+    assert entry(report_of(pytester), "test_leaks")["verdict"] == "FAIL: leak"
+
+
+# the rule itself, on hand-made records
+
+UTIL = Breach("utilization", 0.5, 0.8, "min", "min_utilization")
+DISC = Breach("discrepancy", 0.4, 0.2, "max", "max_discrepancy")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status"),
+    [
+        (TestVerdict(), "-"),
+        (TestVerdict(budget_set=True), "ok"),
+        (TestVerdict(budget_set=True, unjudged=("sm_utilization not measured: x",)), "not measured"),
+        (TestVerdict(budget_set=True, breaches=(UTIL,)), "warn: breach min_utilization"),
+        (TestVerdict(budget_set=True, breaches=(UTIL,), breaches_failed=True), "FAIL: breach min_utilization"),
+        (
+            TestVerdict(budget_set=True, breaches=(UTIL,), regressions=("kernel_ms",)),
+            "FAIL: regression kernel_ms; warn: breach min_utilization",
+        ),
+        (
+            TestVerdict(budget_set=True, breaches=(UTIL,), xfail=True, outcome="skipped"),
+            "xfail: breach min_utilization",
+        ),
+        (TestVerdict(budget_set=True, breaches=(UTIL,), breaches_failed=True, outcome="skipped"), "skipped"),
+        (TestVerdict(budget_set=True, expected=(UTIL,)), "expected: breach min_utilization"),
+        (TestVerdict(gated=True, inert=("kernel_ms:+5%",)), "ok; gate inert: kernel_ms:+5%"),
+        (TestVerdict(records_lost=True), "records lost"),
+        (TestVerdict(budget_set=True, leaks=("x",), records_lost=True), "FAIL: leak; records lost"),
+    ],
+)
+def test_the_verdict_rule(verdict, status):
+    assert verdict.status == status
+    assert verdict.failed == status.startswith("FAIL")
+
+
+def test_a_caught_check_expects_only_the_keys_it_breached():
+    counted, expected = split_expected([UTIL, DISC], [Check((UTIL,), expected=True), Check((DISC,))])
+    assert (counted, expected) == ([DISC], [UTIL])
+    # a caught check asked about utilization only: the project budget's discrepancy still counts
+    asked = Check((UTIL, DISC), expected=True, asked=frozenset({"min_utilization"}))
+    assert split_expected([UTIL, DISC], [asked]) == ([DISC], [UTIL])
+    assert split_expected([UTIL, DISC], [Check((UTIL, DISC), expected=True)]) == ([], [UTIL, DISC])
+
+
+# 8-10. inputs and outputs that cannot be trusted
+
+
+def test_merge_refuses_a_test_present_in_two_reports(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    m = {"wall_ms": 10.0, "kernel_ms": 5.0, "truth": "host"}
+    machine = {"id": "host-x", "gpu": "cpu", "driver": "", "pcie": "none", "backend": "host"}
+    paths = []
+    for name in ("a.json", "b.json"):
+        report = {"schema": 1, "machine": machine, "tests": [{"nodeid": "t.py::test_x", "metrics": m}]}
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(report))
+    assert cli.main(["merge", *map(str, paths), "-o", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert "t.py::test_x" in err and "a.json" in err and "b.json" in err
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        (lambda t: t["rounds"]["wall_ms"].update(samples=["a", "b"]), "rounds.wall_ms.samples"),
+        (lambda t: t.update(metrics=None), "metrics"),
+        (lambda t: t["metrics"].update(kernel_ms="fast"), "metrics.kernel_ms"),
+    ],
+)
+def test_a_malformed_baseline_is_one_line_and_the_test_keeps_its_outcome(pytester, damage, field):
+    pytester.makepyfile(
+        """
+        def test_loop(gpuprof, gpu_workload):
+            gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+        """
+    )
+    pytester.runpytest("--gpu-save=base").assert_outcomes(passed=1)
+    (saved,) = pytester.path.joinpath(".gpuprof").glob("*/*.json")
+    baseline = json.loads(saved.read_text())
+    damage(baseline["tests"][0])
+    saved.write_text(json.dumps(baseline))
+    result = pytester.runpytest("--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([f"*{saved.name}*{field}*comparison not made*"])
+    assert "Traceback" not in result.stdout.str()
+    assert "comparisons" not in entry(report_of(pytester), "test_loop")
+
+
+def test_a_report_through_a_symlink_writes_its_target(pytester):
+    pytester.makepyfile(UPLOAD_THEN_KERNELS)
+    target = pytester.path / "real.json"
+    target.write_text("{}")
+    (pytester.path / "link.json").symlink_to(target)
+    pytester.runpytest("--gpu-report=link.json").assert_outcomes(passed=1)
+    assert (pytester.path / "link.json").is_symlink()
+    assert json.loads(target.read_text())["tests"][0]["nodeid"].endswith("test_upload")
+
+
+def test_a_fifo_or_device_report_path_is_refused_before_the_first_test(pytester):
+    pytester.makepyfile(UPLOAD_THEN_KERNELS)
+    fifo = pytester.path / "pipe.json"
+    os.mkfifo(fifo)
+    result = pytester.runpytest("--gpu-report=pipe.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-report=pipe.json: is a FIFO, not a regular file*"])
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    if os.path.exists("/dev/null"):
+        result = pytester.runpytest("--gpu-html=/dev/null")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*--gpu-html=/dev/null: is a character device*"])
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
