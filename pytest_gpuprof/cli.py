@@ -125,10 +125,16 @@ def _history(args: argparse.Namespace) -> int:
     from pytest_gpuprof.output import history as h
 
     machine = h.machine_of(args.storage, args.machine)
+    for metric in args.metric or ():
+        if not descriptors.comparable(metric):
+            raise BaselineError(f"--metric {metric}: no such metric; metrics are {descriptors.grammar()}")
     series = h.history(args.storage, machine, args.test, args.metric or h.DEFAULT_METRICS)
     if not series:
+        hint = ""
+        if not any(c in args.test for c in "*?["):
+            hint = f"; the pattern is matched against whole test ids (fnmatch): try --test '*{args.test}*'"
         raise BaselineError(
-            f"no stored run of machine {machine} under {args.storage} has a test matching {args.test!r}"
+            f"no stored run of machine {machine} under {args.storage} has a test matching {args.test!r}{hint}"
         )
     if args.output is None:
         print("\n".join(h.table(series)))

@@ -151,6 +151,7 @@ class Settings:
     # "latest", a baseline name or a report's path
     compare: str | None = None
     compare_fail: tuple[Threshold, ...] = ()
+    compare_given: bool = False  # --gpu-compare itself, not implied by --gpu-compare-fail
     compare_any_machine: bool = False
     storage: Path = Path(".gpuprof")
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
@@ -234,6 +235,7 @@ class Settings:
             save=save,
             compare=compare if compare is not None else ("latest" if thresholds else None),
             compare_fail=thresholds,
+            compare_given=compare is not None,
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
             summary_rows=summary_rows,

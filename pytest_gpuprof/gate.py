@@ -46,7 +46,12 @@ class Gate:
             path = storage.find(self.settings.storage, machine["id"], wanted)
             baseline = storage.load(path)
         except storage.BaselineError as e:
-            raise pytest.UsageError(f"pytest-gpuprof: --gpu-compare: {e}") from None
+            flag = (
+                "--gpu-compare"
+                if self.settings.compare_given
+                else "--gpu-compare-fail (compared with the latest baseline)"
+            )
+            raise pytest.UsageError(f"pytest-gpuprof: {flag}: {e}") from None
         theirs = baseline["machine"]
         if theirs["id"] != machine["id"] and not self.settings.compare_any_machine:
             raise pytest.UsageError(

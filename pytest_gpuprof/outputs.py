@@ -68,8 +68,9 @@ class Outputs:
             tr.write_line(line)
         every = list(views.values())
         shown, rest = first_rows([v.test for v in every], self.settings.summary_rows)
-        for line in table([every[i].row for i in shown]):
-            tr.write_line(line)
+        if shown:  # --gpu-summary=0: the count line alone, no header without rows
+            for line in table([every[i].row for i in shown]):
+                tr.write_line(line)
         if rest:
             tr.write_line(rest)
         for nodeid, reason in crashed.items():

@@ -60,8 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = Settings.from_pytest_config(config)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-    if config.getoption("hypothesis_profile", None) == "gpuprof":
-        # before hypothesis's own plugin loads the profile by name
+    if "hypothesis" in sys.modules or config.getoption("hypothesis_profile", None) == "gpuprof":
+        # hypothesis's own plugin has imported it already where it is installed: the
+        # profile is there for settings.get_profile("gpuprof") in a test module, and
+        # before hypothesis loads it by name for --hypothesis-profile=gpuprof
         from pytest_gpuprof.strategies import register_profile
 
         register_profile()

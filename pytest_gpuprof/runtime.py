@@ -48,6 +48,10 @@ class DeviceRuntime:
                 device = self._pick_device(count)
                 if count is not None and device >= count:
                     raise RuntimeError(f"--gpu-device={device}, but only {count} device(s) are visible")
+                if name == "host" and self.settings.devices is None and device != 0:
+                    raise RuntimeError(
+                        f"--gpu-device={device}: the host backend has one device, 0 (the backend is host: {reason})"
+                    )
                 if name == "cuda" and device != probed:
                     name, reason = backends.select(self.settings.backend, device)
             except RuntimeError as e:

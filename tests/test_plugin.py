@@ -334,14 +334,15 @@ def test_a_budget_marker_on_a_test_without_fixtures_measures_its_whole_call(pyte
         """
     )
     report = tmp_path / "r.json"
-    result = pytester.runpytest("--gpu-budget", f"--gpu-report={report}")
+    # the real clock: on the virtual one host code takes no time, and a window of 0 ms has no utilization
+    result = pytester.runpytest("--gpu-host-clock=real", "--gpu-budget", f"--gpu-report={report}")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*_ test_existing_gpu_test _*", "GPU budget exceeded: utilization 0.0% < 50.0%*"])
     tests = {t["nodeid"].split("::")[1]: t for t in json.loads(report.read_text())["tests"]}
     assert set(tests) == {"test_existing_gpu_test", "test_within_budget"}
     assert tests["test_existing_gpu_test"]["budget"]["breaches"][0]["metric"] == "utilization"
     # without --gpu-budget the same breach is a warning, as for any test
-    pytester.runpytest().assert_outcomes(passed=3, warnings=1)
+    pytester.runpytest("--gpu-host-clock=real").assert_outcomes(passed=3, warnings=1)
 
 
 def test_an_sm_budget_on_the_host_backend_is_not_measured_and_said_so(pytester):

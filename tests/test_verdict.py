@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -59,11 +60,13 @@ def test_a_marker_added_by_a_plugin_measures_a_test_with_no_fixture(pytester):
         test_by_plugin="""
         def test_plain(pytestconfig):
             import time
-            time.sleep(0.001)
+            time.sleep(0.01)
         """,
     )
     pytester.syspathinsert()
-    result = pytester.runpytest("-p", "gpuprof_adopt", "--gpu-budget", "--gpu-report=r.json")
+    # the real clock: the virtual one gives host code no time, and a window of 0 ms no utilization
+    args = ("--gpu-host-clock=real", "-p", "gpuprof_adopt", "--gpu-budget", "--gpu-report=r.json")
+    result = pytester.runpytest(*args)
     result.assert_outcomes(failed=1)  # measured whole: no kernels in the call, 0% < 99%
     assert entry(report_of(pytester), "test_plain")["verdict"] == "FAIL: breach min_utilization"
 
@@ -399,3 +402,106 @@ def test_a_fifo_or_device_report_path_is_refused_before_the_first_test(pytester)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines(["*--gpu-html=/dev/null: is a character device*"])
         assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+# 11. smaller things, each confusing a user
+
+
+def test_the_gpuprof_profile_needs_no_import_first(pytester):
+    pytester.makepyfile(
+        """
+        from hypothesis import given, settings, strategies as st
+
+        @settings(settings.get_profile("gpuprof"), max_examples=2)
+        @given(st.integers(0, 3))
+        def test_sizes(n):
+            assert settings().deadline is None
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("expression", "fix"), [("utilization:+2pt", "utilization:-2pt"), ("overhead_ms:-3%", "overhead_ms:+3%")]
+)
+def test_a_compare_sign_that_points_the_better_way_is_refused(expression, fix):
+    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+
+    with pytest.raises(CompareError, match=f"gets worse going .*: write {re.escape(fix)}"):
+        parse_thresholds(expression)
+
+
+def test_metrics_before_anything_was_measured_is_a_clear_error(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_early(gpuprof):
+            with pytest.raises(ValueError, match="gpuprof.metrics: nothing measured yet in .*test_early"):
+                gpuprof.metrics
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_window_of_no_time_has_no_utilization_and_breaches_nothing(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(min_utilization=0.5)
+        def test_nothing():
+            pass
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, warnings=1)
+    test = entry(report_of(pytester), "test_nothing")
+    assert test["metrics"]["utilization"] is None and test["verdict"] == "not measured"
+    result.stdout.fnmatch_lines(["*GPU budget not judged: min_utilization not measured: the window lasted 0 ms*"])
+
+
+def test_usage_errors_that_used_to_pass_or_mislead(pytester):
+    pytester.makepyfile(UPLOAD_THEN_KERNELS)
+    result = pytester.runpytest("--gpu-device=5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-device=5: the host backend has one device, 0*"])
+    result = pytester.runpytest("--gpu-compare-fail=wall_ms:+5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-compare-fail (compared with the latest baseline): no baseline*"])
+
+
+def test_a_summary_of_no_rows_prints_no_header(pytester):
+    pytester.makepyfile(UPLOAD_THEN_KERNELS)
+    result = pytester.runpytest("--gpu-summary=0")
+    result.assert_outcomes(passed=1)
+    assert "largest idle cause" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["and 1 more measured, none failed or breached (1 with no budget or gate)*"])
+
+
+def test_a_backtick_in_a_test_id_keeps_its_code_span():
+    from pytest_gpuprof.output.report import markdown_summary
+
+    m = {"wall_ms": 1.0, "utilization": 0.5, "reported_utilization": None, "overhead_ms": 0.5}
+    summary = markdown_summary([{"nodeid": "t.py::test[a`b|c]", "metrics": m, "verdict": "ok"}], {}, [])
+    assert "| ``t.py::test[a`b\\|c]`` |" in summary
+
+
+def test_history_names_what_was_wrong(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    assert cli.main(["history", "--storage", str(tmp_path / "nonexistent")]) == 2
+    assert "nonexistent: no such folder" in capsys.readouterr().err
+    machine = tmp_path / "host-x"
+    machine.mkdir()
+    report = {
+        "schema": 1,
+        "machine": {"id": "host-x"},
+        "tests": [{"nodeid": "t.py::test_steady", "metrics": {"wall_ms": 1.0}}],
+    }
+    (machine / "0001_a.json").write_text(json.dumps(report))
+    assert cli.main(["history", "--storage", str(tmp_path), "--metric", "wal_ms"]) == 2
+    assert "--metric wal_ms: no such metric" in capsys.readouterr().err
+    assert cli.main(["history", "--storage", str(tmp_path), "--test", "steady"]) == 2
+    assert "try --test '*steady*'" in capsys.readouterr().err
+    assert cli.main(["history", "--storage", str(tmp_path), "--test", "*steady*"]) == 0

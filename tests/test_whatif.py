@@ -77,7 +77,12 @@ def test_faster_kernels():
     p = metrics.what_if(timeline, "faster:compute:2")
     assert p is not None and p.wall_ms == pytest.approx(24 - 8)
     assert p.utilization == pytest.approx(8 / 16)
-    assert metrics.what_if(timeline, "overlap:nothing") is None
+    with pytest.raises(ValueError, match="no step 'nothing' in the window; steps were: compute, upload"):
+        metrics.what_if(timeline, "overlap:nothing")
+    with pytest.raises(ValueError, match="no step 'nosuch'"):
+        metrics.what_if(timeline, "faster:nosuch:2")
+    with pytest.raises(ValueError, match="the factor must be above 0"):
+        metrics.what_if(timeline, "faster:compute:0")
     with pytest.raises(ValueError, match="expected overlap:STEP"):
         metrics.what_if(timeline, "underlap:upload")
 

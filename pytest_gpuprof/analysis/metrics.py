@@ -142,6 +142,8 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         reported = _ratio(bracketed, wall)
     if timeline.truth == "events" and not timeline.device:
         return _unseen(timeline, wall, reported)
+    if wall <= 0:
+        return _unseen(timeline, wall, None, EMPTY_WINDOW)
     device = timeline.device
     kernel_work = device.where(device.of_kind("kernel"))
     busy_ns = iv.covered_length(device.spans(), window)
@@ -307,8 +309,13 @@ UNSEEN = (
 )
 
 
-def _unseen(timeline: Timeline, wall: int, reported: float | None) -> Metrics:
-    """A window whose source saw no device work: every device figure ``None``, not 0."""
+# a window of no host time has no utilization: a ratio over nothing is not 0%
+EMPTY_WINDOW = "the window lasted 0 ms: no time to be busy or idle in"
+
+
+def _unseen(timeline: Timeline, wall: int, reported: float | None, why: str = UNSEEN) -> Metrics:
+    """A window whose source saw no device work (or that lasted no time): every device
+    figure ``None``, not 0."""
     return Metrics(
         wall_ms=wall / NS_PER_MS,
         kernel_ms=None,
@@ -324,8 +331,8 @@ def _unseen(timeline: Timeline, wall: int, reported: float | None) -> Metrics:
         truth=timeline.truth,
         steps=step_metrics(timeline.steps, {}, None, (timeline.start, timeline.end)),
         nvml=nvml_metrics(timeline.samples, (timeline.start, timeline.end)),
-        notes=(*timeline.notes, f"utilization not measured: {UNSEEN}"),
-        unseen=UNSEEN,
+        notes=(*timeline.notes, f"utilization not measured: {why}"),
+        unseen=why,
         sm_unseen=_NO_SMS["events"],
     )
 

@@ -84,6 +84,12 @@ def predict(window: Window, scenario: str, pinned_gbps: Callable[[], float] | No
     match = SCENARIO.match(scenario)
     if match is None:
         raise ValueError(f"what-if scenario {scenario!r}: expected overlap:STEP, pinned:STEP or faster:STEP:F")
+    step = match["faster"] if match["faster"] is not None else match["step"]
+    if step not in {s.name for s in window.steps}:
+        ran = ", ".join(sorted({s.name for s in window.steps})) or "none"
+        raise ValueError(f"what-if scenario {scenario!r}: no step {step!r} in the window; steps were: {ran}")
+    if match["faster"] is not None and not float(match["factor"]) > 0:
+        raise ValueError(f"what-if scenario {scenario!r}: the factor must be above 0 (faster:STEP:2 halves its time)")
     if window.kernel_ns <= 0:
         return None
     if match["faster"] is not None:

@@ -46,7 +46,9 @@ class Series:
 
 def machine_of(folder: Path, wanted: str | None) -> str:
     """The machine id whose baselines to read: ``wanted``, or the only one stored."""
-    machines = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    if not folder.is_dir():
+        raise storage.BaselineError(f"--storage {folder}: no such folder (baselines are saved with --gpu-save)")
+    machines = sorted(p.name for p in folder.iterdir() if p.is_dir())
     if wanted is not None:
         if wanted not in machines:
             raise storage.BaselineError(

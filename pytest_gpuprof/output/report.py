@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import platform
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,7 +201,10 @@ def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int
         return order, None
     rest = order[limit:]
     bad = sum(failing(tests[i]) for i in rest)
-    state = f"{bad:,} of them failed or breached" if bad else "all within budget"
+    judged = sum(str(tests[i].get("verdict", "-")) not in ("-", "skipped") for i in rest)
+    state = f"{bad:,} of them failed or breached" if bad else "none failed or breached"
+    if not bad and judged < len(rest):
+        state += f" ({len(rest) - judged:,} with no budget or gate)"
     return order[:limit], f"and {len(rest):,} more measured, {state}; --gpu-summary=all lists them"
 
 
@@ -225,6 +229,15 @@ def breach_details(record: GpuRecord) -> list[str]:
     ]
 
 
+def _code_span(text: str) -> str:
+    """``text`` as a Markdown code span inside a table cell: fenced by one more backtick
+    than its longest run of them (CommonMark), its pipes escaped."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
 def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compare: list[str]) -> str:
     """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``."""
     lines = [
@@ -235,9 +248,8 @@ def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compa
     ]
     for t in tests:
         m = t["metrics"]
-        name = t["nodeid"].replace("|", "\\|")
         lines.append(
-            f"| `{name}` | {m['wall_ms']:.1f} | {pct(m['utilization'])} | {pct(m['reported_utilization'])} "
+            f"| {_code_span(t['nodeid'])} | {m['wall_ms']:.1f} | {pct(m['utilization'])} | {pct(m['reported_utilization'])} "
             f"| {ms(m.get('overhead_ms'))} | {t.get('verdict', '-')} |"
         )
     if compare:

@@ -95,6 +95,15 @@ def parse_thresholds(text: str) -> list[Threshold]:
             raise CompareError(
                 f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {descriptors.grammar()}"
             )
+        limit = descriptors.lookup(metric).limit if metric != KERNELS else None  # type: ignore[union-attr]
+        if limit is not None and limit.direction in ("min", "max"):
+            worse = "-" if limit.direction == "min" else "+"
+            if match["sign"] != worse:
+                way = "down" if worse == "-" else "up"
+                raise CompareError(
+                    f"compare-fail expression {part!r}: the sign says which way is worse, and {metric} gets worse "
+                    f"going {way}: write {metric}:{worse}{match['amount']}{unit}"
+                )
         if unit == "pt" and not is_fraction(metric):
             raise CompareError(
                 f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
