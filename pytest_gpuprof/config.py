@@ -37,6 +37,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "host_clock": HOST_CLOCKS,
     "nvtx": SWITCH,
     "sample": SWITCH,
+    "exclusive": ("auto", "off"),
 }
 
 
@@ -106,6 +107,13 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
         help="sample the host's Python stacks to name the code behind unattributed idle (default on)",
     )
     add(
+        "--gpu-exclusive",
+        choices=("auto", "off"),
+        default=None,
+        help="auto (default): a test that uses the GPU holds it alone among this plugin's processes "
+        "(xdist workers, other pytest runs on the host); its wait is waited_ms, outside its windows",
+    )
+    add(
         "--gpu-summary",
         default="20",
         metavar="N|all",
@@ -161,6 +169,8 @@ class Settings:
     # NVTX ranges as steps (CUPTI); sampled host stacks for idle_by_code
     nvtx: bool = True
     sample: bool = True
+    # a test that uses the device holds it alone among this plugin's processes
+    exclusive: bool = True
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -241,6 +251,7 @@ class Settings:
             summary_rows=summary_rows,
             nvtx=pick("--gpu-nvtx", "nvtx", "on") == "on",
             sample=pick("--gpu-sample", "sample", "on") == "on",
+            exclusive=pick("--gpu-exclusive", "exclusive", "auto") == "auto",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
 

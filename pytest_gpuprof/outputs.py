@@ -19,6 +19,29 @@ from pytest_gpuprof.config import Settings
 from pytest_gpuprof.output.views import TestView
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
 
+# waits under this are the lock changing hands, not worth a line
+WAIT_NOTED_MS = 1.0
+
+
+def waits(views: Mapping[str, TestView], shown: int = 3) -> str | None:
+    """The line saying how long tests waited for their device (``--gpu-exclusive``), the
+    longest named: outside every window, never in a figure."""
+    waited = sorted(
+        ((float(v.test.get("waited_ms", 0.0)), nodeid, v.test.get("waited_for", "")) for nodeid, v in views.items()),
+        reverse=True,
+    )
+    waited = [w for w in waited if w[0] >= WAIT_NOTED_MS]
+    if not waited:
+        return None
+    longest = "; ".join(
+        f"{nodeid} {ms:.0f} ms" + (f" (for {who})" if who else "") for ms, nodeid, who in waited[:shown]
+    )
+    total = sum(ms for ms, _, _ in waited)
+    return (
+        f"gpuprof: {len(waited)} test(s) waited {total:.0f} ms in all for a device another process of this plugin "
+        f"held (outside their windows); longest: {longest}"
+    )
+
 
 class Outputs:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
@@ -101,13 +124,23 @@ class Outputs:
             tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
 
     def _sharing_note(self, views: Mapping[str, TestView]) -> str | None:
+        waited = waits(views)
         workers = self.config.getoption("numprocesses", None)
         if not workers:
-            return None
+            return waited
         devices = sorted({v.test.get("device", 0) for v in views.values()})
         if len(devices) < int(workers):
-            return f"gpuprof: {workers} xdist workers shared {len(devices)} device(s) {devices}: their timings overlap"
-        return f"gpuprof: {workers} xdist workers on devices {devices}"
+            shared = f"gpuprof: {workers} xdist workers shared {len(devices)} device(s) {devices}"
+            if not self.settings.exclusive:
+                return f"{shared}: their timings overlap"
+            if self.settings.host_clock == "virtual" and all(
+                v.test["metrics"]["truth"] == "host" for v in views.values()
+            ):
+                return f"{shared}; on the host backend's virtual clock their figures do not depend on each other"
+            return f"{shared}; each test that used one held it alone (--gpu-exclusive=auto)" + (
+                f"\n{waited}" if waited else ""
+            )
+        return f"gpuprof: {workers} xdist workers on devices {devices}" + (f"\n{waited}" if waited else "")
 
     def write(
         self,
@@ -170,7 +203,8 @@ class Outputs:
 
             def append_summary() -> None:
                 with open(summary, "a", encoding="utf-8") as f:
-                    f.write(markdown_summary([t for t in tests if "metrics" in t], merged, compare))
+                    waited = waits(views)
+                    f.write(markdown_summary([t for t in tests if "metrics" in t], merged, compare, waited))
 
             write("step summary", summary, append_summary, f"gpuprof: step summary appended to {summary}")
         return ok

@@ -9,6 +9,7 @@ test: its profiler, its record, its warning or failure, its leak check, its view
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from collections.abc import Generator
 from dataclasses import replace
@@ -30,6 +31,7 @@ from pytest_gpuprof.verdict.outcome import Check, split_expected
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.device import GpuDevice
+    from pytest_gpuprof.capture.exclusive import DeviceLock
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.windows import Window
 
@@ -84,6 +86,9 @@ class GpuSession:
         self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
+        # --gpu-exclusive: the device's lock, and each test's wait for it (ms) and whom for
+        self._lock: DeviceLock | None = None
+        self.waited: dict[str, tuple[float, str]] = {}
 
     def register(self) -> None:
         """Hook this session into pytest (once)."""
@@ -151,6 +156,34 @@ class GpuSession:
             return True
         s = self.settings
         return s.enforce and not s.budget.empty and item.get_closest_marker("gpu") is not None
+
+    def uses_device(self, item: pytest.Item) -> bool:
+        """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
+        marker, or a budget that measures its whole call."""
+        names = set(getattr(item, "fixturenames", ()))
+        if not names.isdisjoint({*FIXTURES, "gpu_device"}) or item.get_closest_marker("gpu") is not None:
+            return True
+        return self.measures_whole(item)
+
+    def hold_device(self, item: pytest.Item) -> None:
+        """Under ``--gpu-exclusive=auto``, hold the test's device alone among this plugin's
+        processes from its set-up to its tear-down: its windows, and its unmeasured device
+        work, never overlap another's window. CPU-only tests take no lock and run in
+        parallel. The host backend's virtual clock needs none (its times are what was asked)."""
+        if not self.settings.exclusive or not self.runtime.runs_tests or not self.uses_device(item):
+            return
+        if self.backend_name == "host" and self.settings.host_clock == "virtual":
+            return
+        if self._lock is None:
+            from pytest_gpuprof.capture.exclusive import DeviceLock
+
+            key = self.device.info.uuid if self.backend_name == "cuda" else f"host-{os.uname().nodename}"
+            self._lock = DeviceLock(key or f"cuda-{self.runtime.device_index}")
+        self.waited[item.nodeid] = self._lock.acquire(item.nodeid)
+
+    def let_go(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def record(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
         """What the test measured and judged, kept where its verdict is built from: its
@@ -317,6 +350,7 @@ class GpuSession:
         result = self.results[nodeid]
         record = result.record
         record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
+        record.waited_ms, record.waited_for = self.waited.get(nodeid, (0.0, ""))
         html = None
         if self.settings.html is not None:
             from pytest_gpuprof.output.html import page_data
@@ -406,6 +440,16 @@ class SessionHooks:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session.load_baseline()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
+        self._session.hold_device(item)
+        try:
+            return (yield)
+        finally:
+            self._session.let_go()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:

@@ -88,7 +88,11 @@ def test_budget_file_may_nest_under_tool_gpuprof_budget(pytester):
         ("[tool.gpuprof.budget.steps.upload]\nmin_gbps = -1", "", "'steps.upload.min_gbps' = -1 is out of range"),
         ("[tool.gpuprof.budget.steps.upload]\nmax_mss = 1", "", "unknown budget key 'steps.upload.max_mss'"),
         ('[tool.gpuprof.budget.steps.upload]\npageable = "no"', "", "'steps.upload.pageable' must be one of"),
-        ("", "round = 3", "unknown key 'round'; valid keys: backend, host_clock, nvtx, sample, rounds, warmup"),
+        (
+            "",
+            "round = 3",
+            "unknown key 'round'; valid keys: backend, host_clock, nvtx, sample, exclusive, rounds, warmup",
+        ),
         ("", 'rounds = "many"', "'rounds' must be a whole number"),
         ("", "rounds = 0", "'rounds' = 0 is out of range"),
         ("", 'backend = "rocm"', "'backend' must be one of 'auto', 'cuda', 'host', not 'rocm'"),

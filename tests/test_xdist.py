@@ -51,9 +51,12 @@ def test_same_verdicts_without_xdist(pytester):
 
 def test_workers_sharing_one_device_are_told(pytester):
     pytester.makepyfile(SUITE)
-    result = run(pytester, "-n", "2", "--gpu-devices=0")
+    result = run(pytester, "-n", "2", "--gpu-devices=0", "--gpu-exclusive=off")
     result.assert_outcomes(passed=6, failed=1)
     result.stdout.fnmatch_lines(["*gpuprof: 2 xdist workers shared 1 device(s) [[]0]: their timings overlap*"])
+    result = run(pytester, "-n", "2", "--gpu-devices=0")
+    result.assert_outcomes(passed=6, failed=1)
+    result.stdout.fnmatch_lines(["*shared 1 device(s) [[]0]; on the host backend's virtual clock their figures*"])
 
 
 def test_a_crashed_worker_loses_only_its_test(pytester):

@@ -48,6 +48,9 @@ class GpuRecord:
     inert: list[str] = field(default_factory=list)
     gated: bool = False
     leaks: list[str] = field(default_factory=list)
+    # --gpu-exclusive: how long the test waited for its device, before any window, and whom for
+    waited_ms: float = 0.0
+    waited_for: str = ""
 
     @property
     def verdict(self) -> TestVerdict:
@@ -96,7 +99,10 @@ class GpuRecord:
             "verdict": self.status,
             "judgement": self.verdict.to_dict(),
             "device": self.device,
+            "waited_ms": round(self.waited_ms, 3),
         }
+        if self.waited_for:
+            out["waited_for"] = self.waited_for
         if self.checks:
             out["checks"] = [c.to_dict() for c in self.checks]
         if self.comparisons:
@@ -238,7 +244,9 @@ def _code_span(text: str) -> str:
     return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
 
 
-def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compare: list[str]) -> str:
+def markdown_summary(
+    tests: list[dict[str, Any]], machine: dict[str, Any], compare: list[str], waited: str | None = None
+) -> str:
     """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``."""
     lines = [
         f"### GPU utilization ({machine.get('gpu')}, backend {machine.get('backend')}, truth {machine.get('truth')})",
@@ -252,6 +260,8 @@ def markdown_summary(tests: list[dict[str, Any]], machine: dict[str, Any], compa
             f"| {_code_span(t['nodeid'])} | {m['wall_ms']:.1f} | {pct(m['utilization'])} | {pct(m['reported_utilization'])} "
             f"| {ms(m.get('overhead_ms'))} | {t.get('verdict', '-')} |"
         )
+    if waited:
+        lines += ["", waited.removeprefix("gpuprof: ")]
     if compare:
         lines += ["", "```", *compare, "```"]
     return "\n".join(lines) + "\n\n"

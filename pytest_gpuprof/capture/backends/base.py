@@ -23,6 +23,8 @@ class DeviceInfo:
     driver: str = ""
     pcie_gen: int | None = None
     pcie_width: int | None = None
+    # what identifies the device on this host, whatever CUDA_VISIBLE_DEVICES numbers it
+    uuid: str = ""
 
     @property
     def pcie(self) -> str:

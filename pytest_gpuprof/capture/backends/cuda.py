@@ -127,6 +127,7 @@ class CudaBackend:
             driver=nvml.driver_version() or f"CUDA driver API {driver // 1000}.{driver % 1000 // 10}",
             pcie_gen=link[0] if link else None,
             pcie_width=link[1] if link else None,
+            uuid=_uuid(props) or cp.cuda.Device(self.index).pci_bus_id,
         )
 
     # streams and events
@@ -330,3 +331,12 @@ class CudaBackend:
                 self._cupti.stop()
             self._pool.free_all_blocks()
             self._sources.clear()
+
+
+def _uuid(props: dict[str, Any]) -> str:
+    """The GPU's UUID from CUDA's device properties, as nvidia-smi prints it; "" where absent."""
+    raw = props.get("uuid")
+    if not isinstance(raw, bytes | bytearray) or len(raw) != 16:
+        return ""
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -1,0 +1,66 @@
+"""A lock per device, so that a test's windows never share their GPU with device work of
+another process of this plugin: xdist workers, or another pytest run on the same host.
+
+An advisory ``flock`` on one file per device, keyed by what identifies the device on
+this host (a GPU's UUID), in a folder every process of every user sees. The kernel drops
+the lock when its holder exits, however it exits (SIGKILL included), so a dead worker
+never leaves a GPU locked. The holder writes who it is into the file, so a waiter can say
+whom it waited for. POSIX only, as CUDA's Linux is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+# one folder for every user of the host: sticky and world-writable, as /tmp itself
+LOCKS = Path(tempfile.gettempdir()) / "pytest-gpuprof-locks"
+
+
+class DeviceLock:
+    """The exclusive hold of one device: ``acquire`` blocks until no other process of
+    this plugin holds it and returns how long that took."""
+
+    def __init__(self, key: str, folder: Path = LOCKS) -> None:
+        self.key = key
+        self.path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, who: str) -> tuple[float, str]:
+        """Hold the device; ``who`` is written for waiters to read. Returns the time waited
+        (ms) and, where it waited, whom for (as the holder wrote itself)."""
+        if self._fd is not None:
+            return 0.0, ""
+        folder = self.path.parent
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.chmod(0o1777)
+            except OSError:
+                pass  # made by another user, who set its mode
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        start = time.perf_counter_ns()
+        holder = ""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        waited_ms = (time.perf_counter_ns() - start) / 1e6
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}: {who}".encode(), 0)
+        self._fd = fd
+        return waited_ms, holder
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the lock

@@ -1,0 +1,118 @@
+"""--gpu-exclusive: a lock per device among this plugin's processes, dropped when its
+holder dies, and the wait reported outside every window."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof.capture.exclusive import DeviceLock
+
+
+def test_a_second_holder_waits_and_knows_for_whom(tmp_path):
+    first, second = DeviceLock("GPU-1234", tmp_path), DeviceLock("GPU-1234", tmp_path)
+    assert first.acquire("t.py::test_first") == (0.0, "") or first.held
+    got: list[tuple[float, str]] = []
+    waiter = threading.Thread(target=lambda: got.append(second.acquire("t.py::test_second")))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not second.held  # blocked while the first holds it
+    first.release()
+    waiter.join(10)
+    ((waited, holder),) = got
+    assert second.held and waited > 0 and holder == f"pid {os.getpid()}: t.py::test_first"
+    second.release()
+
+
+def test_locks_of_two_devices_are_independent(tmp_path):
+    a, b = DeviceLock("GPU-a", tmp_path), DeviceLock("GPU-b", tmp_path)
+    a.acquire("x")
+    _, holder = b.acquire("y")
+    assert b.held and holder == ""
+    a.release()
+    b.release()
+
+
+def test_a_killed_holder_leaves_the_device_free(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from pytest_gpuprof.capture.exclusive import DeviceLock;"
+            f"DeviceLock('GPU-k', Path({str(tmp_path)!r})).acquire('doomed'); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        lock = DeviceLock("GPU-k", tmp_path)
+        got: list[tuple[float, str]] = []
+        waiter = threading.Thread(target=lambda: got.append(lock.acquire("survivor")))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive()
+        os.kill(holder.pid, signal.SIGKILL)
+        waiter.join(30)
+        assert not waiter.is_alive() and got[0][1] == f"pid {holder.pid}: doomed"
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+GPU_SUITE = """
+import json, os, time, pytest
+
+def stamp(name, start, end):
+    path = os.path.join({folder!r}, name + ".json")
+    with open(path, "w") as f:
+        json.dump([start, end, os.getpid()], f)
+
+@pytest.mark.parametrize("i", range(4))
+def test_measured(gpuprof, gpu_workload, i):
+    start = time.time_ns()
+    with gpuprof.step("work"):
+        gpu_workload.compute(ms=30)
+    stamp(f"gpu{{i}}", start, time.time_ns())
+
+@pytest.mark.parametrize("i", range(4))
+def test_cpu_only(i):
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("exclusive", ["auto", "off"])
+def test_xdist_workers_take_turns_on_a_device_and_report_their_wait(pytester, tmp_path, exclusive):
+    pytest.importorskip("xdist")
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    pytester.makepyfile(GPU_SUITE.format(folder=str(stamps)))
+    # the real clock: the virtual one needs no lock (its figures do not depend on load)
+    result = pytester.runpytest(
+        "--gpu-host-clock=real", "-n", "2", f"--gpu-exclusive={exclusive}", "--gpu-report=r.json", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=8)
+    spans = sorted(json.loads(p.read_text()) for p in stamps.glob("*.json"))
+    assert len(spans) == 4
+    assert len({pid for _, _, pid in spans}) >= 1
+    overlapping = any(a[1] > b[0] for a, b in itertools.pairwise(spans))
+    report = json.loads(Path(pytester.path, "r.json").read_text())
+    measured = [t for t in report["tests"] if "test_measured" in t["nodeid"]]
+    assert all("waited_ms" in t for t in measured)
+    if exclusive == "auto":
+        assert not overlapping  # one test at a time on the device, whichever worker runs it
+        result.stdout.fnmatch_lines(
+            ["*2 xdist workers shared 1 device(s) [[]0]; each test that used one held it alone*"]
+        )
+    else:
+        assert all(t["waited_ms"] == 0.0 for t in measured)
+        result.stdout.fnmatch_lines(["*2 xdist workers shared 1 device(s) [[]0]: their timings overlap*"])
