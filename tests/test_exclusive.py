@@ -32,6 +32,26 @@ def test_a_second_holder_waits_and_knows_for_whom(tmp_path):
     second.release()
 
 
+def test_a_child_of_the_holder_uses_its_hold_instead_of_waiting_on_it(tmp_path):
+    lock = DeviceLock("GPU-c", tmp_path)
+    lock.acquire("parent")
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pathlib import Path; from pytest_gpuprof.capture.exclusive import DeviceLock;"
+            f"print(DeviceLock('GPU-c', Path({str(tmp_path)!r})).acquire('child'))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert child.stdout.strip() == "(0.0, '')"
+    lock.release()
+    assert "PYTEST_GPUPROF_HELD" not in os.environ
+
+
 def test_locks_of_two_devices_are_independent(tmp_path):
     a, b = DeviceLock("GPU-a", tmp_path), DeviceLock("GPU-b", tmp_path)
     a.acquire("x")

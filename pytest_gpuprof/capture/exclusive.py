@@ -19,6 +19,10 @@ from pathlib import Path
 
 # one folder for every user of the host: sticky and world-writable, as /tmp itself
 LOCKS = Path(tempfile.gettempdir()) / "pytest-gpuprof-locks"
+# set while a process holds a device: the processes it starts (a pytest inside a test, a
+# training script) inherit it and use the device on its hold instead of waiting for it,
+# which would wait forever on the parent that waits for them
+HELD = "PYTEST_GPUPROF_HELD"
 
 
 class DeviceLock:
@@ -39,6 +43,8 @@ class DeviceLock:
         (ms) and, where it waited, whom for (as the holder wrote itself)."""
         if self._fd is not None:
             return 0.0, ""
+        if os.environ.get(HELD) == self.key:
+            return 0.0, ""  # a process up our tree holds it for us
         folder = self.path.parent
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
@@ -58,9 +64,11 @@ class DeviceLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {who}".encode(), 0)
         self._fd = fd
+        os.environ[HELD] = self.key
         return waited_ms, holder
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
+            os.environ.pop(HELD, None)
             os.close(fd)  # closing the descriptor drops the lock
