@@ -20,6 +20,7 @@ from pytest_gpuprof.config import Settings
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.device import GpuDevice
+    from pytest_gpuprof.capture.exclusive import DeviceLock
     from pytest_gpuprof.capture.gpm import Gpm
     from pytest_gpuprof.capture.nvml import NvmlSampler
     from pytest_gpuprof.capture.stacks import StackSampler
@@ -31,6 +32,8 @@ class DeviceRuntime:
         self.settings = settings  # as resolved at start-up: never replaced
         self._selected: tuple[str, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
+        self._lock: DeviceLock | None = None
+        self._holding = False  # a test holds the device (hold .. let_go)
         if settings.configured:
             self.select()
 
@@ -112,10 +115,58 @@ class DeviceRuntime:
             from pytest_gpuprof.capture import backends
 
             s = self.settings
-            self._backend = backends.create(
-                self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
-            )
+            lock = self.lock()
+            # starting is device work (a CUDA context takes device memory, CUPTI starts):
+            # under another process's window only with the device's lock
+            waited = lock is not None and not lock.held
+            if waited:
+                assert lock is not None
+                lock.acquire("starting its backend")
+            try:
+                self._backend = backends.create(
+                    self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
+                )
+            finally:
+                if waited and not self._holding:
+                    assert lock is not None
+                    lock.release()
         return self._backend
+
+    def lock(self) -> DeviceLock | None:
+        """The device's lock among this plugin's processes (``--gpu-exclusive=auto``), or
+        ``None``: switched off, or the host backend's virtual clock, whose figures do not
+        depend on what else runs."""
+        if not self.settings.exclusive:
+            return None
+        if self.backend_name == "host" and self.settings.host_clock == "virtual":
+            return None
+        if self._lock is None:
+            from pytest_gpuprof.capture.exclusive import DeviceLock
+
+            self._lock = DeviceLock(self._device_key())
+        return self._lock
+
+    def _device_key(self) -> str:
+        """What names the device host-wide: a GPU's UUID, read from NVML without a CUDA
+        context (this process may not hold the device yet)."""
+        if self.backend_name != "cuda":
+            return f"host-{platform.node()}"
+        from pytest_gpuprof.capture import nvml
+
+        return nvml.uuid(self.device_index) or f"cuda-pci-{self.device_index}"
+
+    def hold(self, who: str) -> tuple[float, str]:
+        """Hold the device for ``who`` until ``let_go``: the time waited (ms), and whom for."""
+        lock = self.lock()
+        if lock is None:
+            return 0.0, ""
+        self._holding = True
+        return lock.acquire(who)
+
+    def let_go(self) -> None:
+        self._holding = False
+        if self._lock is not None:
+            self._lock.release()
 
     @property
     def started(self) -> bool:

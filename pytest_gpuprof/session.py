@@ -9,7 +9,6 @@ test: its profiler, its record, its warning or failure, its leak check, its view
 from __future__ import annotations
 
 import gc
-import os
 import warnings
 from collections.abc import Generator
 from dataclasses import replace
@@ -31,7 +30,6 @@ from pytest_gpuprof.verdict.outcome import Check, split_expected
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.device import GpuDevice
-    from pytest_gpuprof.capture.exclusive import DeviceLock
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.windows import Window
 
@@ -86,8 +84,7 @@ class GpuSession:
         self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
-        # --gpu-exclusive: the device's lock, and each test's wait for it (ms) and whom for
-        self._lock: DeviceLock | None = None
+        # --gpu-exclusive: each test's wait for its device (ms) and whom for
         self.waited: dict[str, tuple[float, str]] = {}
 
     def register(self) -> None:
@@ -169,21 +166,12 @@ class GpuSession:
         """Under ``--gpu-exclusive=auto``, hold the test's device alone among this plugin's
         processes from its set-up to its tear-down: its windows, and its unmeasured device
         work, never overlap another's window. CPU-only tests take no lock and run in
-        parallel. The host backend's virtual clock needs none (its times are what was asked)."""
-        if not self.settings.exclusive or not self.runtime.runs_tests or not self.uses_device(item):
-            return
-        if self.backend_name == "host" and self.settings.host_clock == "virtual":
-            return
-        if self._lock is None:
-            from pytest_gpuprof.capture.exclusive import DeviceLock
-
-            key = self.device.info.uuid if self.backend_name == "cuda" else f"host-{os.uname().nodename}"
-            self._lock = DeviceLock(key or f"cuda-{self.runtime.device_index}")
-        self.waited[item.nodeid] = self._lock.acquire(item.nodeid)
+        parallel (``DeviceRuntime.hold``)."""
+        if self.runtime.runs_tests and self.uses_device(item):
+            self.waited[item.nodeid] = self.runtime.hold(item.nodeid)
 
     def let_go(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
+        self.runtime.let_go()
 
     def record(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
         """What the test measured and judged, kept where its verdict is built from: its

@@ -47,6 +47,17 @@ def probe(cuda_index: int) -> str:
     return "live"
 
 
+def uuid(cuda_index: int) -> str | None:
+    """The UUID of CUDA device ``cuda_index``, found without creating a CUDA context (so
+    that a process can lock the device before its context takes device memory)."""
+    try:
+        pynvml = _nvml()
+        value = pynvml.nvmlDeviceGetUUID(_handle(pynvml, cuda_index))
+    except Exception:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def driver_version() -> str | None:
     try:
         version = _nvml().nvmlSystemGetDriverVersion()
