@@ -373,3 +373,20 @@ def test_work_from_threads_that_opened_no_step_is_counted_apart_and_said_so():
     )
     alone = metrics.compute(Timeline(0, 10 * MS, "cupti", steps, (), (kernel,)))
     assert not any("opened no step" in n for n in alone.notes)
+
+
+@given(nested_steps)
+def test_properly_nested_steps_are_never_called_interleaved(steps):
+    assert attribution.interleaved_note(steps) is None
+
+
+def test_steps_of_one_thread_that_overlap_without_nesting_are_said():
+    # three asyncio tasks on one thread: each opens its step, then they close in turn
+    a = Span("a", 1, 0, 7, depth=0, span_id=1)
+    b = Span("b", 1, 0, 9, depth=1, span_id=2)
+    c = Span("c", 1, 0, 12, depth=2, span_id=3)
+    note = attribution.interleaved_note([a, b, c])
+    assert note is not None and note.startswith("steps 'a' and 'b' of one thread overlap without nesting")
+    assert attribution.interleaved_note([Span("a", 1, 0, 7), Span("b", 2, 3, 9)]) is None  # two threads
+    m = metrics.compute(Timeline(0, 12, "host", (a, b, c)))
+    assert note in m.notes

@@ -505,3 +505,38 @@ def test_history_names_what_was_wrong(tmp_path, capsys):
     assert cli.main(["history", "--storage", str(tmp_path), "--test", "steady"]) == 2
     assert "try --test '*steady*'" in capsys.readouterr().err
     assert cli.main(["history", "--storage", str(tmp_path), "--test", "*steady*"]) == 0
+
+
+def test_rounds_of_uploads_only_make_no_declared_bytes_note(pytester):
+    pytester.makepyfile(
+        """
+        def test_up(gpuprof, gpu_workload):
+            m = gpuprof.measure(lambda: gpu_workload.upload(64 << 20), rounds=3, warmup=1)
+            assert m.notes == () and m.steps["upload"].count == 1
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_asyncio_tasks_with_steps_on_one_thread_are_said(pytester):
+    pytester.makepyfile(
+        """
+        import asyncio
+
+        def test_tasks(gpuprof, gpu_workload):
+            async def worker(name, ms):
+                with gpuprof.step(name):
+                    await asyncio.sleep(0)
+                    gpu_workload.compute(ms=ms)
+                    await asyncio.sleep(0)
+                    gpu_workload.compute(ms=ms)
+
+            async def main():
+                await asyncio.gather(worker("a", 1), worker("b", 2), worker("c", 3))
+
+            asyncio.run(main())
+            (note,) = [n for n in gpuprof.metrics.notes if "overlap without nesting" in n]
+            assert "asyncio tasks" in note
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)

@@ -107,6 +107,29 @@ def work_by_step(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray | No
     return {span_id: device.where(rows) for span_id, rows in zip(found.tolist(), groups, strict=True)}
 
 
+def interleaved_note(steps: Sequence[Span]) -> str | None:
+    """What the window must say when steps of one thread overlap without nesting (asyncio
+    tasks, or callbacks, interleaved on it): a thread's steps are charged as a stack, so
+    the kernel-idle while several were open goes to the one opened last."""
+    by_thread: dict[int, list[Span]] = defaultdict(list)
+    for span in steps:
+        by_thread[span.thread].append(span)
+    for spans in by_thread.values():
+        open_: list[Span] = []
+        for span in sorted(spans, key=lambda s: (s.start, s.depth, -s.end)):
+            while open_ and open_[-1].end <= span.start:
+                open_.pop()
+            if open_ and span.end > open_[-1].end:
+                outer = open_[-1]
+                return (
+                    f"steps {outer.name!r} and {span.name!r} of one thread overlap without nesting (asyncio tasks "
+                    "or callbacks interleaved on it): the kernel-idle while both were open is charged to the one "
+                    "opened last, as if nested"
+                )
+            open_.append(span)
+    return None
+
+
 def stepless_note(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray, window: iv.Interval) -> str | None:
     """What came from threads that opened no step while the test's own threads did (a
     framework's runtime threads: JAX issues its copies from them, PyTorch its backward

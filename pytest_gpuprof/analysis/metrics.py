@@ -161,6 +161,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     launched = int(np.count_nonzero(kernel_work.inside(window)))
     traced = launch_bound_note(timeline.truth, launched, wall)
     apart = attribution.stepless_note(timeline.steps, device, ids, window)
+    interleaved = attribution.interleaved_note(timeline.steps)
     reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
     sm_utilization = None
     if reason is None and timeline.sm is not None:
@@ -192,6 +193,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
             *declared_against_copied(timeline.steps, seen.work, window),
             *([traced] if traced else []),
             *([apart] if apart else []),
+            *([interleaved] if interleaved else []),
         ),
         what_if={name: p for name, p in scenarios.items() if p is not None},
         sm_utilization=sm_utilization,

@@ -53,7 +53,7 @@ def step_metrics(
     outer = enclosing(steps)
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in steps:
-        if iv.clip([(span.start, span.end)], window) or span.start == span.end or span.span_id in work:
+        if _in_window(span, window, work):
             by_name[span.name].append(span)
     out: dict[str, StepMetrics] = {}
     for name in sorted(by_name):
@@ -117,7 +117,7 @@ def declared_against_copied(steps: Sequence[Span], work: Mapping[int, DeviceWork
     """A note for each step whose declared ``bytes=`` differ from what its copies moved."""
     declared: dict[str, int] = defaultdict(int)
     copied: dict[str, int] = defaultdict(int)
-    for span in _outermost([s for s in steps if s.bytes is not None and s.end >= window[0] and s.start <= window[1]]):
+    for span in _outermost([s for s in steps if s.bytes is not None and _in_window(s, window, work)]):
         declared[span.name] += span.bytes or 0
     for span in steps:
         done = work.get(span.span_id)
@@ -128,6 +128,13 @@ def declared_against_copied(steps: Sequence[Span], work: Mapping[int, DeviceWork
         for name, nbytes in sorted(declared.items())
         if copied[name] and copied[name] != nbytes
     ]
+
+
+def _in_window(span: Span, window: iv.Interval, work: Mapping[int, DeviceWork]) -> bool:
+    """Whether a step is the window's: it overlaps it, issued work in it, or took no time.
+    A step that only touches an edge (the round before, on a clock where host code takes
+    no time) is not."""
+    return bool(iv.clip([(span.start, span.end)], window)) or span.start == span.end or span.span_id in work
 
 
 def _outermost(spans: Sequence[Span]) -> list[Span]:
