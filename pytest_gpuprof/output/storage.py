@@ -113,20 +113,16 @@ def entry_problem(test: dict[str, Any]) -> str | None:
     ``None``. The figures a comparison reads are numbers (or null where not measured):
     the window's and each step's metrics, and every round's samples."""
     metrics = test.get("metrics")
-    if not isinstance(metrics, dict):
-        return f"metrics: a table is expected, not {_kind(metrics)}"
-    for name in descriptors.names("window"):
-        if not _figure(metrics.get(name)):
-            return f"metrics.{name}: a number is expected, not {_kind(metrics.get(name))}"
+    problem = _figures_problem(metrics, "metrics", descriptors.names("window"))
+    if problem is not None or not isinstance(metrics, dict):
+        return problem
     steps = metrics.get("steps", {})
     if not isinstance(steps, dict):
         return f"metrics.steps: a table is expected, not {_kind(steps)}"
     for step, figures in steps.items():
-        if not isinstance(figures, dict):
-            return f"metrics.steps.{step}: a table is expected, not {_kind(figures)}"
-        for name in descriptors.names("step"):
-            if not _figure(figures.get(name)):
-                return f"metrics.steps.{step}.{name}: a number is expected, not {_kind(figures.get(name))}"
+        problem = _figures_problem(figures, f"metrics.steps.{step}", descriptors.names("step"))
+        if problem is not None:
+            return problem
     rounds = test.get("rounds", {})
     if not isinstance(rounds, dict):
         return f"rounds: a table is expected, not {_kind(rounds)}"
@@ -134,6 +130,16 @@ def entry_problem(test: dict[str, Any]) -> str | None:
         samples = summary.get("samples") if isinstance(summary, dict) else None
         if not isinstance(samples, list) or not all(_figure(v) and v is not None for v in samples):
             return f"rounds.{path}.samples: a list of finite numbers is expected"
+    return None
+
+
+def _figures_problem(table: object, where: str, names: tuple[str, ...]) -> str | None:
+    """What is wrong with a table of figures (``where`` names it), or ``None``."""
+    if not isinstance(table, dict):
+        return f"{where}: a table is expected, not {_kind(table)}"
+    for name in names:
+        if not _figure(table.get(name)):
+            return f"{where}.{name}: a number is expected, not {_kind(table.get(name))}"
     return None
 
 
