@@ -34,22 +34,30 @@ def test_a_second_holder_waits_and_knows_for_whom(tmp_path, monkeypatch):
     second.release()
 
 
-def test_a_child_of_the_holder_uses_its_hold_instead_of_waiting_on_it(tmp_path):
+CHILD = (
+    "import sys, time; from pathlib import Path; from pytest_gpuprof.capture.exclusive import DeviceLock;"
+    "lock = DeviceLock('GPU-c', Path(sys.argv[1])); waited, holder = lock.acquire(sys.argv[2]);"
+    "print(sys.argv[2], 'held', holder, flush=True); time.sleep(float(sys.argv[3]))"
+)
+
+
+def test_children_of_the_holder_take_turns_under_its_hold(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
     lock = DeviceLock("GPU-c", tmp_path)
     lock.acquire("parent")
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from pathlib import Path; from pytest_gpuprof.capture.exclusive import DeviceLock;"
-            f"print(DeviceLock('GPU-c', Path({str(tmp_path)!r})).acquire('child'))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    assert os.environ["PYTEST_GPUPROF_HELD"] == f"GPU-c {os.getpid()}"
+    # the parent holds the device and waits for its children: they must not wait for it,
+    # and must not overlap each other (an xdist run inside a test)
+    first = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path), "first", "1"], stdout=subprocess.PIPE, text=True
     )
-    assert child.stdout.strip() == "(0.0, '')"
+    assert first.stdout is not None and first.stdout.readline().split() == ["first", "held"]
+    second = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), "second", "0"], capture_output=True, text=True, timeout=60
+    )
+    first.wait(60)
+    assert second.stdout.split()[:2] == ["second", "held"]
+    assert second.stdout.split()[2:] == ["pid", f"{first.pid}:", "first"]  # it waited for its sibling
     lock.release()
     assert "PYTEST_GPUPROF_HELD" not in os.environ
 

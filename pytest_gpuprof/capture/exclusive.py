@@ -19,9 +19,9 @@ from pathlib import Path
 
 # one folder for every user of the host: sticky and world-writable, as /tmp itself
 LOCKS = Path(tempfile.gettempdir()) / "pytest-gpuprof-locks"
-# set while a process holds a device: the processes it starts (a pytest inside a test, a
-# training script) inherit it and use the device on its hold instead of waiting for it,
-# which would wait forever on the parent that waits for them
+# "KEY PID" while process PID holds device KEY: the processes it starts (a pytest inside a
+# test, a training script) inherit it, and take turns among themselves on a lock of their
+# own under that hold instead of waiting for the parent, which waits for them
 HELD = "PYTEST_GPUPROF_HELD"
 
 
@@ -33,6 +33,7 @@ class DeviceLock:
         self.key = key
         self.path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
         self._fd: int | None = None
+        self._inherited: str | None = None  # HELD as this process found it
 
     @property
     def held(self) -> bool:
@@ -43,16 +44,19 @@ class DeviceLock:
         (ms) and, where it waited, whom for (as the holder wrote itself)."""
         if self._fd is not None:
             return 0.0, ""
-        if os.environ.get(HELD) == self.key:
-            return 0.0, ""  # a process up our tree holds it for us
-        folder = self.path.parent
+        path = self.path
+        self._inherited = os.environ.get(HELD)
+        key, _, holder_pid = (self._inherited or "").partition(" ")
+        if key == self.key and holder_pid:
+            path = path.with_name(f"{path.stem}.under-{holder_pid}.lock")  # a process up our tree holds it
+        folder = path.parent
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
             try:
                 folder.chmod(0o1777)
             except OSError:
                 pass  # made by another user, who set its mode
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         start = time.perf_counter_ns()
         holder = ""
         try:
@@ -64,11 +68,14 @@ class DeviceLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {who}".encode(), 0)
         self._fd = fd
-        os.environ[HELD] = self.key
+        os.environ[HELD] = f"{self.key} {os.getpid()}"
         return waited_ms, holder
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.environ.pop(HELD, None)
+            if self._inherited is None:
+                os.environ.pop(HELD, None)
+            else:
+                os.environ[HELD] = self._inherited
             os.close(fd)  # closing the descriptor drops the lock
