@@ -56,6 +56,7 @@ def test_children_of_the_holder_take_turns_under_its_hold(tmp_path, monkeypatch)
         [sys.executable, "-c", CHILD, str(tmp_path), "second", "0"], capture_output=True, text=True, timeout=60
     )
     first.wait(60)
+    first.stdout.close()
     assert second.stdout.split()[:2] == ["second", "held"]
     assert second.stdout.split()[2:] == ["pid", f"{first.pid}:", "first"]  # it waited for its sibling
     lock.release()
@@ -98,6 +99,8 @@ def test_a_killed_holder_leaves_the_device_free(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 GPU_SUITE = """
