@@ -175,7 +175,7 @@ class Profiler:
     def start_call(self, budget: Budget) -> None:
         """The test's call begins: what its fixtures' set-up did is in no window of it
         (docs/design.md, "The window"), and its budget is its markers' as they read now."""
-        self.collector.reset()
+        self.collector.reset(drain=False)
         self.rebudget(budget)
 
     def rebudget(self, budget: Budget) -> None:

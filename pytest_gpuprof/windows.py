@@ -217,9 +217,13 @@ class WindowCollector:
             "(put it inside gpuprof.measure() or a step of a measured window to judge it)"
         )
 
-    def reset(self) -> None:
-        """Forget spans, device work and notes already accounted for in a window."""
-        self.collect()
+    def reset(self, *, drain: bool = True) -> None:
+        """Forget spans, device work and notes already accounted for in a window (or, at
+        the start of a test's call, its set-up's). ``drain=False`` reads no records now:
+        a forced CUPTI flush slows the launches after it, and what set-up left in the
+        buffers is older than ``_since``, which every window and note reads from."""
+        if drain:
+            self.collect()
         with self._lock:
             self.spans.clear()
             self._device.clear()
