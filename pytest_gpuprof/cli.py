@@ -76,9 +76,9 @@ def compare(
         if old is None:
             lines.append(f"{test['nodeid']}: new")
             continue
-        problem = entry_problem(old) or entry_problem(test)
-        if problem is not None:
-            where = base_name if entry_problem(old) else new_name
+        problems = [(name, p) for name, t in ((base_name, old), (new_name, test)) if (p := entry_problem(t))]
+        if problems:
+            where, problem = problems[0]
             lines.append(f"{test['nodeid']}: not compared: {where}: {problem}")
             continue
         changes = compare_tests(thresholds, old, test)

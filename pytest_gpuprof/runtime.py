@@ -33,7 +33,6 @@ class DeviceRuntime:
         self._selected: tuple[str, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
-        self._holding = False  # a test holds the device (hold .. let_go)
         if settings.configured:
             self.select()
 
@@ -115,21 +114,20 @@ class DeviceRuntime:
             from pytest_gpuprof.capture import backends
 
             s = self.settings
-            lock = self.lock()
             # starting is device work (a CUDA context takes device memory, CUPTI starts):
-            # under another process's window only with the device's lock
-            waited = lock is not None and not lock.held
-            if waited:
-                assert lock is not None
-                lock.acquire("starting its backend")
+            # never under another process's window, so under the device's lock, held here
+            # for the start alone where no test holds it already
+            lock = self.lock()
+            starting = lock if lock is not None and not lock.held else None
+            if starting is not None:
+                starting.acquire("starting its backend")
             try:
                 self._backend = backends.create(
                     self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
                 )
             finally:
-                if waited and not self._holding:
-                    assert lock is not None
-                    lock.release()
+                if starting is not None:
+                    starting.release()
         return self._backend
 
     def lock(self) -> DeviceLock | None:
@@ -158,13 +156,9 @@ class DeviceRuntime:
     def hold(self, who: str) -> tuple[float, str]:
         """Hold the device for ``who`` until ``let_go``: the time waited (ms), and whom for."""
         lock = self.lock()
-        if lock is None:
-            return 0.0, ""
-        self._holding = True
-        return lock.acquire(who)
+        return (0.0, "") if lock is None else lock.acquire(who)
 
     def let_go(self) -> None:
-        self._holding = False
         if self._lock is not None:
             self._lock.release()
 

@@ -201,8 +201,6 @@ class GpuSession:
             if checked.error is not None and not caught:
                 failing = checks[-1]
                 breaches, metrics = list(checked.verdict.breaches), checked.metrics
-        if window.settled and failing is None:
-            breaches = list(window.verdict.breaches)
         counted, expected = split_expected(breaches, checks)
         problems = profiler.problems()
         if problems:

@@ -540,3 +540,28 @@ def test_asyncio_tasks_with_steps_on_one_thread_are_said(pytester):
         """
     )
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_every_output_shows_the_one_verdict_of_a_marker_from_a_plugin(pytester, monkeypatch):
+    pytester.makepyfile(gpuprof_adopt=ADOPT_PLUGIN, test_by_plugin=UPLOAD_THEN_KERNELS)
+    pytester.syspathinsert()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
+    args = ("-p", "gpuprof_adopt", "--gpu-budget", "--gpu-report=r.json", "--junitxml=j.xml", "--gpu-html=h.html")
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(failed=1)
+    verdict = "FAIL: breach min_utilization"
+    assert entry(report_of(pytester), "test_upload")["verdict"] == verdict
+    result.stdout.fnmatch_lines([f"*test_by_plugin.py::test_upload *{verdict}"])
+    assert f'name="gpuprof.verdict" value="{verdict}"' in (pytester.path / "j.xml").read_text()
+    (line,) = [x for x in (pytester.path / "summary.md").read_text().splitlines() if "test_upload" in x]
+    assert line.endswith(f"| {verdict} |")
+    assert re.findall(r'"verdict": ?"([^"]*)"', (pytester.path / "h.html").read_text()) == [verdict]
+
+
+def test_a_kernel_that_appeared_or_vanished_is_a_finding_not_an_inert_gate():
+    from pytest_gpuprof.verdict.compare import Change, inert_gates, parse_thresholds
+
+    (gate,) = parse_thresholds("kernels:+1%")
+    changes = [Change(gate, "appeared", None, 2.0), Change(gate, "vanished", 2.0, None)]
+    assert not any(c.inert for c in changes) and inert_gates(changes, [gate]) == []
+    assert Change(gate, "inconclusive", 1.0, 3.0, 0.5, (1, 1)).inert

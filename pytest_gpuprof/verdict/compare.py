@@ -159,8 +159,12 @@ class Change:
     @property
     def inert(self) -> bool:
         """Whether this comparison could never have found a regression: too few rounds on
-        a side for any p-value below ``ALPHA``, or the metric measured on neither side."""
-        return self.finding == "absent" or (self.finding not in ("missing",) and not can_fail(*self.samples))
+        a side for any p-value below ``ALPHA``, or the metric measured on neither side. A
+        metric on one side only (missing, a kernel that appeared or vanished) is a finding
+        of its own, not a test of rounds."""
+        if self.finding == "absent":
+            return True
+        return self.finding not in ("missing", "appeared", "vanished") and not can_fail(*self.samples)
 
     def to_dict(self) -> dict[str, Any]:
         """The record a test's verdict was built from: metric, before, after, threshold,
