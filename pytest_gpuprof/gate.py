@@ -88,8 +88,19 @@ class Gate:
             return changes, None
         note = self._notes[nodeid]
         lines = [f"GPU regression against baseline {self.path}:", *([f"  note: {note}"] if note else [])]
-        lines += [f"  {c.describe()}" for c in regressed]
+        from pytest_gpuprof.verdict.compare import kernel_names
+
+        names = kernel_names(regressed)
+        lines += [f"  {c.describe(names)}" for c in regressed]
         return changes, "\n".join(lines)
+
+    def regression_labels(self, changes: list[Change]) -> list[str]:
+        """What the verdict calls each change that fails its test (a kernel by its short name)."""
+        from pytest_gpuprof.verdict.compare import kernel_names
+
+        regressed = self.regressed(changes)
+        names = kernel_names(regressed)
+        return [c.label(names) for c in regressed]
 
     def regressed(self, changes: list[Change]) -> list[Change]:
         """The changes that fail their test: clear regressions of a ``--gpu-compare-fail``

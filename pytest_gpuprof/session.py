@@ -251,7 +251,7 @@ class GpuSession:
         record = result.record
         result.changes, regression = self.gate.compare(item.nodeid, record.to_dict())
         record.comparisons = [c.to_dict() for c in result.changes]
-        record.regressions = [c.threshold.metric for c in self.gate.regressed(result.changes)]
+        record.regressions = self.gate.regression_labels(result.changes)
         record.inert = self.gate.inert(result.changes)
         record.gated = self.gate.gates(item.nodeid)
         if raised is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.analysis.metrics import host_during_idle, idle_stretches
-from pytest_gpuprof.analysis.names import readable
+from pytest_gpuprof.analysis.names import readable, short_names
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
 from pytest_gpuprof.analysis.timeline import Timeline
 
@@ -55,8 +55,9 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         regions = sorted(timeline.regions, key=lambda r: r.start)
         lanes.append(Lane("regions (brackets)", "region", [Item(r.start - t0, r.end - t0, r.name) for r in regions]))
     device: dict[tuple[str, int], list[Item]] = defaultdict(list)
+    shown = short_names(d.name for d in timeline.device if d.name)
     for d in sorted(timeline.device, key=lambda d: d.start):
-        args = {}
+        args = {"name": readable(d.name)} if d.name and shown[d.name] != d.name else {}
         if d.bytes:
             args["bytes"] = d.bytes
             if d.end > d.start:
@@ -65,7 +66,7 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         if d.kind == "kernel" and d.threads > 0 and timeline.sm is not None:
             # the fraction of the SMs its grid covered: the page shades the kernel by it
             args["SMs"] = round(coverage(Geometry(d.blocks, d.threads, d.registers, d.shared), timeline.sm), 4)
-        device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, readable(d.name) if d.name else d.kind, args))
+        device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, shown[d.name] if d.name else d.kind, args))
     for (kind, stream), items in sorted(device.items()):
         lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))
     idle = idle_items(timeline)

@@ -17,7 +17,7 @@ import numpy as np
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import NS_PER_MS
-from pytest_gpuprof.analysis.names import readable
+from pytest_gpuprof.analysis.names import readable, short_names
 from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, coverage, occupancy
 
 TOP = 5
@@ -35,6 +35,7 @@ class KernelSummary:
     sm_coverage: float | None
     occupancy: float | None
     mangled: str = ""  # as the linker sees it: what matches a kernel across runs
+    short: str = ""  # at most 80 characters, unique within the window: what lines and labels show
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -87,6 +88,7 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
     order = np.lexsort((rows["start"] - rows["end"], group))
     longest = order[np.r_[0, np.flatnonzero(np.diff(group[order])) + 1]]
     out = []
+    shown = short_names(kernels.names[n] for n in names.tolist())
     for name, count, total, at in zip(names.tolist(), counts.tolist(), totals.tolist(), longest.tolist(), strict=True):
         shape = Geometry(*(int(rows[f][at]) for f in _SHAPE))
         known = sm is not None and shape.threads > 0
@@ -100,6 +102,7 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
                 sm_coverage=coverage(shape, sm) if known and sm is not None else None,
                 occupancy=occupancy(shape, sm) if known and sm is not None else None,
                 mangled=kernels.names[name],
+                short=shown[kernels.names[name]],
             )
         )
     return tuple(sorted(out, key=lambda k: -k.total_ms)[:TOP])

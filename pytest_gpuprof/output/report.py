@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
+from pytest_gpuprof.analysis.names import fit
 from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
 from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
 from pytest_gpuprof.verdict.outcome import Check, TestVerdict
@@ -188,7 +189,7 @@ def _cause(top: tuple[str, float], m: Metrics) -> str:
     if top[0] == UNATTRIBUTED and m.idle_by_code and m.unattributed_ms:
         where, spent = m.idle_by_code[0]
         cause += f", {spent / m.unattributed_ms:.0%} in {where}"
-    return cause
+    return fit(cause)  # a column, not a paragraph: the JSON and the message keep it whole
 
 
 def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int], str | None]:

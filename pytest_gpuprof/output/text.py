@@ -97,7 +97,7 @@ def explain(metrics: Metrics) -> list[str]:
         lines.append(
             f"SM-weighted utilization {pct(metrics.sm_utilization)}{hardware}; top kernels: "
             + "; ".join(
-                f"{k.name[:80]} x{k.count} {k.total_ms:.1f} ms, grid {k.blocks} x block {k.threads}, "
+                f"{k.short or k.name} x{k.count} {k.total_ms:.1f} ms, grid {k.blocks} x block {k.threads}, "
                 f"SMs {pct(k.sm_coverage)}, occupancy {pct(k.occupancy)}"
                 for k in metrics.top_kernels[:3]
             )

@@ -20,13 +20,13 @@ import math
 import re
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
-from pytest_gpuprof.analysis.names import readable
+from pytest_gpuprof.analysis.names import readable, short, short_names
 
 ALPHA = 0.05
 # the exact permutation distribution while min(n, m) * (n + m) stays within this: up to
@@ -124,6 +124,11 @@ def with_listed_kernels(thresholds: Sequence[Threshold]) -> list[Threshold]:
     return [*thresholds, *parse_thresholds(LISTED_KERNELS)]
 
 
+def kernel_names(changes: Iterable[Change]) -> dict[str, str]:
+    """The short names of the kernels of ``changes``, unique among them."""
+    return short_names(c.kernel for c in changes if c.kernel is not None)
+
+
 def regressions(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[Change]:
     """The changes that fail: clear regressions of a ``gating`` expression (the rest are
     listed only)."""
@@ -186,10 +191,17 @@ class Change:
         parts = descriptors.split_path(self.threshold.metric)
         return parts[1] if parts is not None and parts[0] == "kernel" else None
 
-    def describe(self) -> str:
-        t = self.threshold
+    def label(self, names: Mapping[str, str] | None = None) -> str:
+        """What a line calls the changed figure: the metric, or ``kernel NAME ms`` with the
+        kernel's short name (``names``: ``kernel_names`` of the lines shown together)."""
         kernel = self.kernel
-        what = f"kernel {readable(kernel)} ms" if kernel is not None else t.metric
+        if kernel is None:
+            return self.threshold.metric
+        return f"kernel {(names or {}).get(kernel) or short(readable(kernel))} ms"
+
+    def describe(self, names: Mapping[str, str] | None = None) -> str:
+        t = self.threshold
+        what = self.label(names)
         if self.finding in ("appeared", "vanished"):
             ms = self.current if self.finding == "appeared" else self.baseline
             return f"{what}: {self.finding} ({ms:.3f} ms {'now' if self.finding == 'appeared' else 'in the baseline'})"
@@ -398,10 +410,15 @@ def change_lines(
     # the kernels that changed, the largest change first: the lines a pull request reads
     kernels = [c for c in changes if notable_change(c) and c.kernel is not None]
     notable += sorted(kernels, key=lambda c: -abs((c.current or 0.0) - (c.baseline or 0.0)))
+    names = kernel_names(notable)
     found = ", ".join(sorted({c.finding for c in notable} - {"absent"})) or "unchanged"
     if inert:
         found += f"; gate inert: {', '.join(sorted({c.threshold.text for c in inert}))}"
-    return [f"{nodeid}: {found}", *([f"    note: {note}"] if note else []), *(f"    {c.describe()}" for c in notable)]
+    return [
+        f"{nodeid}: {found}",
+        *([f"    note: {note}"] if note else []),
+        *(f"    {c.describe(names)}" for c in notable),
+    ]
 
 
 def inert_gates(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[str]:
