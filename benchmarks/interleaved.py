@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--profiler", action="store_true")
     parser.add_argument("--early", action="store_true")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which, comma-separated (none always)")
     args = parser.parse_args()
     sources: Sources | Profiler | None = None
     if args.early:
@@ -108,7 +109,8 @@ def main() -> None:
         one_round()
     if sources is None:
         sources = Profiler() if args.profiler else Sources()
-    configs = ["none", "profiler"] if args.profiler else CONFIGS
+    chosen = ["none", *(c for c in args.configs.split(",") if c in CONFIGS and c != "none")]
+    configs = ["none", "profiler"] if args.profiler else chosen
     blocks: dict[str, list[float]] = {c: [] for c in configs}
     for cycle in range(args.cycles):
         # in turn, the order reversed every other cycle: drift falls on all alike

@@ -44,6 +44,10 @@ def demangler(request, monkeypatch):
         (TANH, "vectorized_elementwise_kernel<tanh_kernel_cuda>"),  # a lambda: the function it is in
         (REDUCE, "reduce_kernel<ReduceOp>"),  # numbers skipped: the first argument that names something
         (CUTLASS, "Kernel<Gemm>"),  # a generic wrapper: what it wraps
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_nn_align4>(Params)",
+            "Kernel2<cutlass_80_tensorop_s1688gemm_64x64_nn_align4>",
+        ),
         ("_Z3addPfS_i", "add"),  # a plain function: its name
         ("_ZN12_GLOBAL__N_16scaledEPf", "scaled"),  # in an anonymous namespace
         ("_ZNK3Foo3barEv", "bar"),  # a const member

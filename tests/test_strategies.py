@@ -3,9 +3,10 @@
 import re
 
 import pytest
-from hypothesis import find, settings
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
-from pytest_gpuprof.strategies import buffer_sizes, partition_counts
+from pytest_gpuprof.strategies import ALIGNMENTS, EDGES, buffer_sizes, partition_counts, snap
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -38,6 +39,50 @@ def test_alignment_and_bounds_hold_for_every_draw():
         assert 1 <= n <= 8
 
     check()
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "threshold",
+    [24_000_000, 64 * MIB, 64 * MIB + 1, 64 * MIB - 1, 3 * GIB, 3 * GIB + 12_345, 5 * KIB + 7, 2 * MIB + 1],
+)
+def test_shrinking_reaches_any_threshold_exactly(threshold):
+    """The smallest size at or above the threshold, at, beside, between and far from powers
+    of two: edges never stop the shrink."""
+    found = find(buffer_sizes(KIB, 4 * GIB), lambda n: n >= threshold, settings=settings(database=None))
+    assert found == threshold
+
+
+@pytest.mark.parametrize("threshold", [24_000_001, 64 * MIB + 1, 3 * GIB + 1])
+def test_shrinking_with_alignment_reaches_the_first_aligned_size(threshold):
+    found = find(buffer_sizes(KIB, 4 * GIB, align=256), lambda n: n >= threshold, settings=settings(database=None))
+    assert found == -(-threshold // 256) * 256
+
+
+@given(st.sampled_from(EDGES), st.integers(1, 5000), st.integers(1, 5000))
+def test_an_edge_is_the_largest_of_its_kind_at_or_below_the_size(edge, n, lo):
+    """Against a brute-force search down from the size."""
+    lo = min(lo, n)
+    kinds = {
+        "power of two": lambda m: m & (m - 1) == 0,
+        "one short of a power of two": lambda m: (m + 1) & m == 0,
+        "one past a power of two": lambda m: m > 1 and (m - 1) & (m - 2) == 0,
+        "odd": lambda m: m % 2 == 1,
+        **{f"multiple of {u}": (lambda m, u=u: m % u == 0) for u in ALIGNMENTS},
+        **{f"one short of a multiple of {u}": (lambda m, u=u: (m + 1) % u == 0) for u in ALIGNMENTS},
+        **{f"one past a multiple of {u}": (lambda m, u=u: m > 1 and (m - 1) % u == 0) for u in ALIGNMENTS},
+    }
+    moved = snap(edge, n, lo)
+    assert lo <= moved <= n
+    if edge == "lower end":
+        assert moved == lo
+    elif edge in kinds:
+        expected = next((m for m in range(n, lo - 1, -1) if kinds[edge](m)), n)
+        assert moved == expected, (edge, n, lo)
+    else:
+        assert moved == n
 
 
 def test_bad_arguments_are_explained():

@@ -171,8 +171,11 @@ def _named(name: str) -> tuple[str, str | None]:
     return (_base(parts[-1])[0] if parts else name), None
 
 
+_WRAPPER = re.compile(r"(?i)kernel\d*$")  # Kernel, Kernel2, device_kernel, elementwise_kernel
+
+
 def _wrapper(base: str) -> bool:
-    return base.lower().endswith("kernel")
+    return _WRAPPER.search(base) is not None
 
 
 def fit(text: str, limit: int = SHORT) -> str:
