@@ -17,6 +17,7 @@ from pytest_gpuprof import confirm
 from pytest_gpuprof.analysis import metrics as metrics_mod
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.whatif import Prediction
+from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.spans import SpanRecorder, _SpanScope
@@ -72,6 +73,8 @@ class Profiler:
         self.enforce = enforce
         self.owner = owner  # the test this profiler belongs to
         self.spans = SpanRecorder(backend)
+        self.spans.memory = memory.tracker_for(backend)
+        self.spans.memory.open_steps = self.spans.open_steps
         self.collector = WindowCollector(
             backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
         )
@@ -105,6 +108,8 @@ class Profiler:
         """The test is over: any later use is a mistake, and says whose profiler it was."""
         if not self._ended and self.collector.stacks is not None:
             self.collector.stacks.disarm()
+        if self.spans.memory is not None:
+            self.spans.memory.close()
         self._ended = True
 
     def _alive(self, what: str) -> None:

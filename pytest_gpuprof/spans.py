@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_gpuprof.analysis.model import Span
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.span_stack import pop_span, push_span
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.capture.memory import MemoryTracker
 
 SpanKind = Literal["step", "region"]
 _span_ids = itertools.count(1)
@@ -33,6 +36,8 @@ class SpanRecorder:
         # made and not yet entered, and entered and not yet left: by id, with their name
         self.unentered: dict[int, str] = {}
         self.entered: dict[int, _SpanScope] = {}
+        # device memory, marked at each step's edges (``capture.memory``)
+        self.memory: MemoryTracker | None = None
 
     def scope(
         self,
@@ -47,6 +52,10 @@ class SpanRecorder:
         scope = _SpanScope(self, kind, name, nbytes, pageable, stream)
         self.unentered[scope.serial] = name
         return scope
+
+    def open_steps(self) -> tuple[int, ...]:
+        """The span ids of the steps open now, on every thread."""
+        return tuple(i for i, s in list(self.entered.items()) if s.kind == "step")
 
     def open_at(self, end: int) -> list[Span]:
         """The steps still open, as if they closed at ``end`` (a window's edge)."""
@@ -124,6 +133,8 @@ class _SpanScope:
             self._token = backend.open_span(span_id, self._stream, copy=self._bytes is not None)
             self._stream_id = backend.stream_id(self._stream) if self._stream is not None else None
         recorder.entered[span_id] = self
+        if self.kind == "step" and recorder.memory is not None:
+            recorder.memory.mark(self._start)
 
     def __exit__(self, *exc: object) -> None:
         recorder = self._recorder
@@ -133,6 +144,8 @@ class _SpanScope:
         if self.kind == "step":
             pop_span(self._stack, self._span_id)
         recorder.entered.pop(self._span_id, None)
+        if self.kind == "step" and recorder.memory is not None:
+            recorder.memory.mark(end)
         if threading.get_native_id() != self._thread:
             raise RuntimeError(
                 f"gpuprof {self.kind} {self.name!r} was opened on thread {self._thread} and closed on thread "

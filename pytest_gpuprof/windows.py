@@ -97,7 +97,9 @@ class WindowCollector:
         # windows of a batch, cut once its last one ended: (list to fill, label, edges, gpm, notes)
         self._batching = 0
         self._open = 0  # windows open now: one inside another is cut at once
-        self._pending: list[tuple[list[Window], str, int, int, dict[str, float] | None, list[str]]] = []
+        self._pending: list[
+            tuple[list[Window], str, int, int, dict[str, float] | None, list[str], tuple[int, int] | None]
+        ] = []
         # device work that ran outside every window once windows were cut: said, not judged
         self.outside: list[str] = []
 
@@ -124,6 +126,9 @@ class WindowCollector:
         gc.disable()
         edge = self.gpm.edge() if self.gpm is not None else None
         started_s = time.time()  # NVML's per-process samples are stamped in wall time
+        # the memory marks stand just outside the window's edges: reading an allocator's
+        # counters is not the window's work
+        first = self.spans.memory.mark(self.backend.clock.now()) if self.spans.memory is not None else None
         start = self.backend.clock.now()
         measured = False  # the body ended, or raised an error: the window is kept either way
         try:
@@ -141,22 +146,31 @@ class WindowCollector:
                 self._measuring -= 1
                 self._open -= 1
                 end = self.backend.clock.now()
+                last = self.spans.memory.mark(end) if self.spans.memory is not None else None
                 if collecting:
                     gc.enable()
                 gpm = self.gpm.since(edge) if self.gpm is not None else None
             if measured:  # not on Ctrl-C: the interrupted test is not measured
                 shared = self._shared_since(started_s)
+                marks = (first, last) if first is not None and last is not None else None
                 if deferred:
-                    self._pending.append((out, label, start, end, gpm, shared))
+                    self._pending.append((out, label, start, end, gpm, shared, marks))
                 else:
-                    self._cut(out, label, start, end, gpm, shared)
+                    self._cut(out, label, start, end, gpm, shared, marks)
                     if not self.measuring:
                         self.reset()
 
     def _cut(
-        self, out: list[Window], label: str, start: int, end: int, gpm: dict[str, float] | None, notes: list[str]
+        self,
+        out: list[Window],
+        label: str,
+        start: int,
+        end: int,
+        gpm: dict[str, float] | None,
+        notes: list[str],
+        marks: tuple[int, int] | None,
     ) -> None:
-        timeline = self.timeline(start, end, gpm, notes)
+        timeline = self.timeline(start, end, gpm, notes, marks)
         out.append(Window(label, metrics_mod.compute(timeline, self.pinned_gbps), timeline))
 
     @contextmanager
@@ -178,8 +192,8 @@ class WindowCollector:
             self._measuring -= 1
             pending, self._pending = self._pending, []
             try:
-                for out, label, start, end, gpm, notes in pending:
-                    self._cut(out, label, start, end, gpm, notes)
+                for out, label, start, end, gpm, notes, marks in pending:
+                    self._cut(out, label, start, end, gpm, notes, marks)
             finally:
                 if not self.measuring:
                     self.reset()
@@ -232,6 +246,8 @@ class WindowCollector:
             self._since = self.backend.clock.now()
         if self.stacks is not None:
             self.stacks.forget(self._since)
+        if self.spans.memory is not None:
+            self.spans.memory.forget()
 
     def keep(self, window: Window, budget: Budget) -> Metrics:
         """Judge ``window`` on the test's budget and keep it."""
@@ -269,8 +285,15 @@ class WindowCollector:
         ]
 
     def timeline(
-        self, start: int, end: int, gpm: dict[str, float] | None = None, extra: list[str] | None = None
+        self,
+        start: int,
+        end: int,
+        gpm: dict[str, float] | None = None,
+        extra: list[str] | None = None,
+        marks: tuple[int, int] | None = None,
     ) -> Timeline:
+        """The window ``[start, end]``; ``marks``: its edges' memory marks (none: every mark
+        since the last reset, as for the whole test)."""
         self.collect()
         with self._lock:
             steps = tuple(
@@ -294,6 +317,7 @@ class WindowCollector:
             gpm,
             None if self.stacks is None else tuple(self.stacks.samples(start, end)),
             self.thread,
+            self.spans.memory.log(*(marks or ())) if self.spans.memory is not None else None,
         )
 
     def _steps_at(self, end: int) -> list[Span]:

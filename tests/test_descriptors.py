@@ -10,6 +10,7 @@ import pytest
 
 from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.memory import MemoryMetrics
 from pytest_gpuprof.analysis.metrics import Metrics, NvmlMetrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
 from pytest_gpuprof.analysis.step_metrics import StepMetrics
@@ -22,6 +23,7 @@ MS = 1_000_000
 _NOT_METRICS = {"truth", "steps", "nvml", "rounds", "notes", "unseen", "what_if", "sm_unseen", "top_kernels", "gpm"}
 _NOT_METRICS |= {"kernel_totals"}  # by kernel: a table (descriptor scope "kernel")
 _NOT_METRICS |= {"idle_by_code"}  # places with their ms: a list that explains unattributed_ms
+_NOT_METRICS |= {"memory", "memory_unseen"}  # device memory: its own scope ("memory")
 
 
 @pytest.mark.parametrize(
@@ -31,6 +33,7 @@ _NOT_METRICS |= {"idle_by_code"}  # places with their ms: a list that explains u
         ("step", StepMetrics, {"copies"}),  # by direction: a table, not one figure
         ("nvml", NvmlMetrics, set()),
         ("what_if", Prediction, set()),
+        ("memory", MemoryMetrics, {"peak_step", "peak_within", "source", "largest", "leaks", "note"}),
     ],
 )
 def test_every_field_that_holds_a_figure_has_its_descriptor(scope, cls, apart):
@@ -39,8 +42,22 @@ def test_every_field_that_holds_a_figure_has_its_descriptor(scope, cls, apart):
 
 
 def test_budget_keys_are_the_descriptors_limits():
-    assert list(Budget.KEYS) == ["min_utilization", "max_overhead_ms", "max_discrepancy", "min_sm_utilization"]
-    assert list(StepBudget.KEYS) == ["max_ms", "max_idle_ms", "min_gbps", "pageable", "min_sm_utilization"]
+    assert list(Budget.KEYS) == [
+        "min_utilization",
+        "max_overhead_ms",
+        "max_discrepancy",
+        "min_sm_utilization",
+        "max_memory",
+        "max_leaked_bytes",
+    ]
+    assert list(StepBudget.KEYS) == [
+        "max_ms",
+        "max_idle_ms",
+        "min_gbps",
+        "pageable",
+        "min_sm_utilization",
+        "max_memory",
+    ]
     with pytest.raises(TypeError, match="unknown keys"):
         Budget(min_util=0.5)
 

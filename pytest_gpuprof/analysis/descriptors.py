@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-Scope = Literal["window", "step", "kernel", "nvml", "gpm", "what_if"]
+Scope = Literal["window", "step", "kernel", "nvml", "gpm", "what_if", "memory"]
 Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag"]
 # how the rounds of a measure() become one figure: the median (rounded for whole
-# numbers), whether any round had it (flags), or the sum (sample counts)
-Aggregate = Literal["median", "any", "sum"]
+# numbers), whether any round had it (flags), the sum (sample counts), or the highest
+# (peaks of memory: what runs out is the highest)
+Aggregate = Literal["median", "any", "sum", "max"]
 Direction = Literal["min", "max", "forbid"]
 
 
@@ -56,6 +57,7 @@ class Metric:
 
 
 _DEVICE = "unseen"  # Metrics.unseen: the source saw none of the window's device work
+_MEMORY = "memory_unseen"  # Metrics.memory_unseen: no allocator the plugin reads was in use
 
 METRICS: tuple[Metric, ...] = (
     Metric("wall_ms", "window", "ms", "the measured window, host clock"),
@@ -144,6 +146,15 @@ METRICS: tuple[Metric, ...] = (
         unseen_by="sm_unseen",
         unseen="the step issued no kernel",
     ),
+    Metric(
+        "memory_peak_bytes",
+        "step",
+        "bytes",
+        "the most device memory held while the step was open, over what the window began with",
+        Limit("max_memory", "max"),
+        aggregate="max",
+        unseen_by=_MEMORY,
+    ),
     Metric("total_ms", "kernel", "ms", "the time of one kernel (by its mangled name) in the window"),
     Metric("util_mean", "nvml", "fraction", "NVML utilization.gpu, mean over the window's samples"),
     Metric("power_mean_w", "nvml", "W", "board power, mean"),
@@ -155,6 +166,32 @@ METRICS: tuple[Metric, ...] = (
     Metric("sm_occupancy", "gpm", "fraction", "NVML GPM: SM occupancy"),
     Metric("tensor_active", "gpm", "fraction", "NVML GPM: tensor pipes active"),
     Metric("dram_bw_util", "gpm", "fraction", "NVML GPM: DRAM bandwidth used"),
+    Metric(
+        "peak_bytes",
+        "memory",
+        "bytes",
+        "the most device memory the window's code held at once, over what the window began with",
+        Limit("max_memory", "max"),
+        aggregate="max",
+        unseen_by=_MEMORY,
+    ),
+    Metric(
+        "reserved_peak_bytes",
+        "memory",
+        "bytes",
+        "the most the process had reserved from the driver (pools included)",
+        aggregate="max",
+        unseen_by=_MEMORY,
+    ),
+    Metric(
+        "leaked_bytes",
+        "memory",
+        "bytes",
+        "device memory allocated in the window and not freed by its end",
+        Limit("max_leaked_bytes", "max"),
+        aggregate="max",
+        unseen_by=_MEMORY,
+    ),
     Metric("wall_ms", "what_if", "ms", "the predicted wall time of a scenario"),
     Metric("utilization", "what_if", "fraction", "the predicted true utilization of a scenario"),
 )
@@ -169,9 +206,9 @@ def names(scope: Scope, *, comparable: bool = True) -> tuple[str, ...]:
     return tuple(m.name for m in of_scope(scope) if m.comparable or not comparable)
 
 
-def limits(scope: Literal["window", "step"]) -> dict[str, Metric]:
-    """The budget keys of ``scope``, each with the metric it limits."""
-    return {m.limit.key: m for m in of_scope(scope) if m.limit is not None}
+def limits(*scopes: Literal["window", "step", "memory"]) -> dict[str, Metric]:
+    """The budget keys of ``scopes``, each with the metric it limits."""
+    return {m.limit.key: m for scope in scopes for m in of_scope(scope) if m.limit is not None}
 
 
 # a what-if scenario: overlap:STEP, pinned:STEP, faster:STEP:F
@@ -182,6 +219,7 @@ _PREFIXES: Mapping[str, Scope] = {
     "nvml": "nvml",
     "gpm": "gpm",
     "what_if": "what_if",
+    "memory": "memory",
 }
 
 
@@ -236,6 +274,7 @@ def fractions() -> tuple[str, ...]:
         "nvml": "nvml.",
         "gpm": "gpm.",
         "what_if": "what_if.SCENARIO.",
+        "memory": "memory.",
     }
     return tuple(prefix[m.scope] + m.name for m in METRICS if m.fraction)
 
@@ -245,5 +284,5 @@ def grammar() -> str:
     return (
         f"{', '.join(names('window'))}, kernels (each kernel's total_ms), steps.NAME.{{{','.join(names('step'))}}}, "
         f"nvml.{{{','.join(names('nvml'))}}}, gpm.{{{','.join(names('gpm'))}}}, "
-        f"what_if.SCENARIO.{{{','.join(names('what_if'))}}}"
+        f"what_if.SCENARIO.{{{','.join(names('what_if'))}}}, memory.{{{','.join(names('memory'))}}}"
     )

@@ -18,7 +18,9 @@ import numpy as np
 from pytest_gpuprof.analysis import attribution, host_code, sm_metrics, whatif
 from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis import intervals as iv
+from pytest_gpuprof.analysis import memory as memory_mod
 from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.memory import MemoryMetrics
 from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
 from pytest_gpuprof.analysis.stats import Summary
@@ -77,6 +79,9 @@ class Metrics:
     # what the host ran during the unattributed idle (ms by place, largest first; ``None``
     # where the host was not sampled)
     idle_by_code: tuple[tuple[str, float], ...] | None = None
+    # device memory over the window (``analysis.memory``); why it is None
+    memory: MemoryMetrics | None = None
+    memory_unseen: str | None = None
 
     def flat(self) -> dict[str, float]:
         """Every comparable numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -98,6 +103,8 @@ class Metrics:
             owners.append(("gpm.", self.gpm, "gpm"))
         owners += [(f"kernels.{name}.", {"total_ms": ms}, "kernel") for name, ms in self.kernel_totals.items()]
         owners += [(f"what_if.{name}.", p, "what_if") for name, p in self.what_if.items()]
+        if self.memory is not None:
+            owners.append(("memory.", self.memory, "memory"))
         return owners
 
     def idle_by_step(self) -> list[tuple[str, float]]:
@@ -128,10 +135,25 @@ class Metrics:
                 if self.idle_by_code is not None
                 else {}
             ),
+            **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
+            **({"memory_unseen": self.memory_unseen} if self.memory_unseen else {}),
         }
 
 
 def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
+    """All metrics of one window, device memory included (``analysis.memory``)."""
+    return _with_memory(timeline, _compute(timeline, pinned_gbps))
+
+
+def _with_memory(timeline: Timeline, m: Metrics) -> Metrics:
+    memory, peaks = memory_mod.compute(timeline.memory, timeline.steps) if timeline.memory is not None else (None, {})
+    if memory is None:
+        return replace(m, memory_unseen=timeline.memory_unseen or NO_ALLOCATOR)
+    steps = {name: replace(s, memory_peak_bytes=peaks.get(name, 0)) for name, s in m.steps.items()}
+    return replace(m, memory=memory, steps=steps)
+
+
+def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
     """All metrics of one window; ``pinned_gbps``: the device's pinned copy rate, asked
     for only where a step read pageable memory (``what_if``'s ``pinned:STEP``)."""
     window = (timeline.start, timeline.end)
@@ -166,6 +188,14 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     sm_utilization = None
     if reason is None and timeline.sm is not None:
         sm_utilization = min(utilization, _ratio(sm_metrics.sm_weighted_ns(kernel_work, timeline.sm, window), wall))
+    steps = step_metrics(
+        timeline.steps,
+        seen.work,
+        charged,
+        window,
+        timeline.sm if reason is None else None,
+        attribution.inclusive_idle(timeline.steps, seen.idle, moves, charged),
+    )
     return Metrics(
         wall_ms=wall / NS_PER_MS,
         kernel_ms=kernel_ns / NS_PER_MS,
@@ -179,14 +209,7 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
         unattributed_ms=unattributed / NS_PER_MS,
         kernels=launched,
         truth=timeline.truth,
-        steps=step_metrics(
-            timeline.steps,
-            seen.work,
-            charged,
-            window,
-            timeline.sm if reason is None else None,
-            attribution.inclusive_idle(timeline.steps, seen.idle, moves, charged),
-        ),
+        steps=steps,
         nvml=nvml_metrics(timeline.samples, window),
         notes=(
             *timeline.notes,
@@ -245,6 +268,7 @@ def launch_bound_note(truth: Truth, kernels: int, wall_ns: int) -> str | None:
 
 
 # why a window's SM use is not measured, by truth source (where no SM limits are known)
+NO_ALLOCATOR = "no allocator this plugin reads (PyTorch's, CuPy's, the host backend's) was in use in this process"
 _NO_SMS = {
     "host": "the host backend runs on a CPU, which has no SMs",
     "events": "CUDA events do not see kernels, only the span between a step's edges",
@@ -376,6 +400,8 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
             values = [v for o in owners if (v := _get(o, metric.name)) is not None]
             if metric.aggregate == "any":
                 out[metric.name] = any(values)
+            elif metric.aggregate == "max":
+                out[metric.name] = max(values) if values else None
             elif metric.aggregate == "sum":
                 out[metric.name] = sum(values)
             elif not values:
@@ -415,6 +441,9 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         unseen=next((m.unseen for m in rounds if m.unseen), None),
         what_if=what_if,
         gpm=gpm,
+        memory=None
+        if last.memory is None
+        else replace(last.memory, **over("memory.", (m.memory for m in rounds), "memory")),
         idle_by_code=None
         if not sampled
         else tuple(sorted(((w, ms) for w, ms in medians if ms > 0), key=lambda item: (-item[1], item[0]))),

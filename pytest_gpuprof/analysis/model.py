@@ -88,6 +88,47 @@ class HostSample(NamedTuple):
     where: str
 
 
+class MemoryMark(NamedTuple):
+    """Device memory at one edge (a window's, a step's). Edges and allocations are ordered
+    by ``seq``, one count for both (host stamps can tie: the host backend's virtual clock
+    gives host code no time). The bytes held now, the most held since the mark before
+    (``peak_seq``: the allocation that reached it, where the source sees each one), what the
+    process had reserved from the driver now and at most since the mark before (``None``:
+    not known), and the steps open after this edge (their span ids)."""
+
+    seq: int
+    time: int
+    held: int
+    peak: int
+    peak_seq: int | None = None
+    reserved: int | None = None
+    reserved_peak: int | None = None
+    open: tuple[int, ...] = ()
+
+
+class Allocation(NamedTuple):
+    """One allocation the source saw: made at ``seq``, freed at ``end_seq`` (``None``: not
+    yet), its size, the place in the user's code that made it, and the innermost step open
+    on its thread then (its span id)."""
+
+    seq: int
+    end_seq: int | None
+    nbytes: int
+    where: str
+    span_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLog:
+    """A window's memory marks, from ``source``; ``allocations`` where the source sees each
+    one (``None``: it does not), and a note on what it cannot see."""
+
+    source: str
+    marks: tuple[MemoryMark, ...]
+    allocations: tuple[Allocation, ...] | None = None
+    note: str | None = None
+
+
 # a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend
 # give it; "A" is a CUDA array, on the device. A copy whose direction the source does not
 # tell (CUDA events at the edges of a step that declared ``bytes=``) has none.

@@ -34,6 +34,8 @@ class StepMetrics:
     idle_ms_inclusive: float | None = None
     # the copies it issued, by direction (h2d, d2h, d2d, p2p): {bytes, gbps}
     copies: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    # the most device memory held while it was open, over the window's start (``analysis.memory``)
+    memory_peak_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, Sample, Span, Truth
+from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, MemoryLog, Sample, Span, Truth
 from pytest_gpuprof.analysis.occupancy import SmLimits
 
 
@@ -35,6 +35,9 @@ class Timeline:
     # thread that measured it, which issues device work even where it opened no step
     stacks: tuple[HostSample, ...] | None = None
     thread: int = 0
+    # device memory marks at the window's and its steps' edges (``None``: no allocator read)
+    memory: MemoryLog | None = None
+    memory_unseen: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", _work(self.device))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.descriptors import is_fraction, lookup
 from pytest_gpuprof.analysis.model import GIB, MIB, UNATTRIBUTED
 
 if TYPE_CHECKING:
@@ -40,12 +40,41 @@ def describe_breach(b: Breach) -> str:
         return f"{b.detail} ({b.key})"
     if b.kind == "forbid":
         return f'{b.metric.removesuffix(".pageable")} used pageable host memory (pageable = "forbid")'
+    metric = lookup(b.metric)
+    sign = "<" if b.kind == "min" else ">"
+    if metric is not None and metric.unit == "bytes":
+        value, limit_ = int(b.value), int(float(b.limit))
+        return f"{b.metric} {human_bytes(value)} ({value:,} B) {sign} {human_bytes(limit_)} ({limit_:,} B) ({b.key})"
     fraction = is_fraction(b.metric)
     shown = pct(b.value) if fraction else f"{b.value:.1f}"
     limit = pct(float(b.limit)) if fraction else f"{float(b.limit):.1f}"
-    unit = "" if fraction else (" GB/s" if b.metric.endswith("gbps") else " ms")
-    sign = "<" if b.kind == "min" else ">"
+    unit = "" if fraction or metric is None else f" {metric.unit}"
     return f"{b.metric} {shown}{unit} {sign} {limit}{unit} ({b.key})"
+
+
+def explain_memory(metrics: Metrics) -> list[str]:
+    """Where the device memory went: the peak, its step, what was live then, the leaks."""
+    m = metrics.memory
+    if m is None:
+        return []
+    step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
+    reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
+    lines = [f"device memory: peak {human_bytes(m.peak_bytes)} over the window's start{step}{reserved} ({m.source})"]
+    if m.largest:
+        lines.append(
+            "live at the peak: "
+            + "; ".join(
+                f"{human_bytes(h.nbytes)} at {h.where}" + (f" (step {h.step})" if h.step else "") for h in m.largest
+            )
+        )
+    if m.leaks:
+        lines.append(
+            "never freed in the window: "
+            + "; ".join(f"{human_bytes(h.nbytes)} by step {h.step or '(none)'}, largest at {h.where}" for h in m.leaks)
+        )
+    if m.note:
+        lines.append(f"note: {m.note}")
+    return lines
 
 
 def explain(metrics: Metrics) -> list[str]:
@@ -147,6 +176,8 @@ def failure_message(
     a hypothesis example, with the buffers it moved)."""
     head = lead + "; ".join(describe_breach(b) for b in breaches)
     lines = [f"{head}  [truth: {metrics.truth}]", *explain(metrics)]
+    if any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches):
+        lines += explain_memory(metrics)
     if window is not None:
         label, index, count = window
         lines.append(f"(window '{label}', {index + 1} of {count})")

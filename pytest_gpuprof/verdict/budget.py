@@ -6,6 +6,7 @@ is a pure function of a ``Budget`` and a ``Metrics``. How a breach reads is ``te
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -97,7 +98,7 @@ class Budget(_Limits):
     """A test's limits: the window's keys and each step's."""
 
     __slots__ = ("steps",)
-    KEYS = descriptors.limits("window")
+    KEYS = descriptors.limits("window", "memory")
     steps: Mapping[str, StepBudget]
 
     def __init__(
@@ -140,6 +141,30 @@ def _rule(metric: Metric) -> Number:
 
 
 _PAGEABLE = ("forbid", "allow")
+# a byte count's units, binary as GPU memory is counted ("GB" is taken as the decimal one)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20}
+_UNITS |= {"GIB": 1 << 30, "TIB": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(value: Any, key: str, source: str) -> int:
+    """A byte count: a number, or a string with a unit (``"512 MiB"``, ``"2 GiB"``, ``"1.5 GB"``)."""
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        unit = match[2].upper() if match else ""
+        if match is None or (unit and unit not in _UNITS):
+            raise BudgetError(
+                f"{source}: {key} = {value!r}: not a size; write a number of bytes or a number and a unit, "
+                f"one of {', '.join(u if u == 'B' else u[:-2] + 'iB' if u.endswith('IB') else u for u in _UNITS)}"
+            )
+        return int(float(match[1]) * _UNITS[unit or "B"])
+    return int(check.number(value, key, source, Number(0.0), BudgetError))
+
+
+def _limit(value: Any, key: str, source: str, metric: Metric) -> float:
+    if metric.unit == "bytes":
+        return float(parse_bytes(value, key, source))
+    return float(check.number(value, key, source, _rule(metric), BudgetError))
 
 
 def parse_budget(table: Mapping[str, Any], source: str, *, own: bool = False) -> Budget:
@@ -153,7 +178,7 @@ def parse_budget(table: Mapping[str, Any], source: str, *, own: bool = False) ->
         if key == "steps":
             values["steps"] = _parse_steps(value, source, own)
         elif key in Budget.KEYS:
-            values[key] = float(check.number(value, key, source, _rule(Budget.KEYS[key]), BudgetError))
+            values[key] = _limit(value, key, source, Budget.KEYS[key])
         else:
             raise check.unknown(key, source, [*Budget.KEYS, "steps"], "budget key", BudgetError)
     return Budget(own=values if own else (), **values)
@@ -171,7 +196,7 @@ def _parse_steps(table: Any, source: str, own: bool) -> dict[str, StepBudget]:
             if metric.limit.direction == "forbid":
                 values[key] = check.choice(value, f"{where}.{key}", source, _PAGEABLE, BudgetError)
             else:
-                values[key] = float(check.number(value, f"{where}.{key}", source, _rule(metric), BudgetError))
+                values[key] = _limit(value, f"{where}.{key}", source, metric)
         steps[str(name)] = StepBudget(must_run=own, own=values if own else (), **values)
     return steps
 
@@ -209,19 +234,30 @@ def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
     return breaches
 
 
+def _figure(figures: Any, metric: Metric) -> Any:
+    """The value ``metric`` limits, in a window's or a step's figures (``None``: not measured)."""
+    if metric.scope == "memory":
+        figures = figures.memory
+    return None if figures is None else getattr(figures, metric.name)
+
+
+def _path(prefix: str, metric: Metric) -> str:
+    return f"memory.{metric.name}" if metric.scope == "memory" else prefix + metric.name
+
+
 def _breached(prefix: str, limits: _Limits, figures: Any) -> list[Breach]:
     out = []
     for key, limit in limits.set().items():
         metric = limits.KEYS[key]
-        value = getattr(figures, metric.name)
+        value = _figure(figures, metric)
         direction = metric.limit.direction if metric.limit is not None else "max"
         if value is None:
             continue
         if direction == "forbid":
             if limit == "forbid" and value:
-                out.append(Breach(prefix + metric.name, 1.0, "forbid", "forbid", prefix + key))
+                out.append(Breach(_path(prefix, metric), 1.0, "forbid", "forbid", prefix + key))
         elif value < limit if direction == "min" else value > limit:
-            out.append(Breach(prefix + metric.name, float(value), limit, direction, prefix + key))
+            out.append(Breach(_path(prefix, metric), float(value), limit, direction, prefix + key))
     return out
 
 
@@ -244,7 +280,7 @@ def _unjudged(budget: Budget, metrics: Metrics) -> list[tuple[str, str, bool]]:
     for prefix, limits, figures in owners:
         for key in limits.set():
             metric = limits.KEYS[key]
-            if getattr(figures, metric.name) is None:
+            if _figure(figures, metric) is None:
                 why = getattr(metrics, metric.unseen_by) if metric.unseen_by else None
                 # the source did not see it (reported), or the window has none of it
                 reported = key in limits.own or metric.unseen_by is not None

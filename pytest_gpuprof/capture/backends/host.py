@@ -99,6 +99,8 @@ class _Pool:
         self._lock = threading.Lock()
         self._free: dict[int, list[np.ndarray]] = defaultdict(list)
         self.in_use = 0
+        # told of each allocation and free while a test's memory is tracked (``capture.memory``)
+        self.observer: Any = None
 
     def alloc(self, nbytes: int) -> HostBuffer:
         with self._lock:
@@ -113,12 +115,16 @@ class _Pool:
             self.in_use += nbytes
         buffer = HostBuffer(array)
         weakref.finalize(buffer, self._release, array)
+        if (observer := self.observer) is not None:
+            observer.allocated(id(array), nbytes)
         return buffer
 
     def _release(self, array: np.ndarray) -> None:
         with self._lock:
             self._free[array.nbytes].append(array)
             self.in_use -= array.nbytes
+        if (observer := self.observer) is not None:
+            observer.freed(id(array), array.nbytes)
 
     def trim(self) -> None:
         with self._lock:
@@ -136,7 +142,7 @@ class HostBackend:
         self._intervals: list[DeviceInterval] = []
         self._streams: list[HostStream] = []
         self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
-        self._pool = _Pool()
+        self.pool = _Pool()
         self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
 
@@ -207,17 +213,17 @@ class HostBackend:
 
     # memory
     def alloc(self, nbytes: int) -> HostBuffer:
-        return self._pool.alloc(int(nbytes))
+        return self.pool.alloc(int(nbytes))
 
     def trim(self) -> None:
-        self._pool.trim()
+        self.pool.trim()
 
     def memory_info(self) -> tuple[int, int]:
         page = os.sysconf("SC_PAGE_SIZE")
         return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
     def memory_in_use(self) -> int:
-        return self._pool.in_use
+        return self.pool.in_use
 
     def _source(self, nbytes: int) -> np.ndarray:
         # The user's data already sits in host memory before an upload: keep the filled
@@ -332,7 +338,7 @@ class HostBackend:
             s.close()
         self._streams.clear()
         self._copy_engine.close()
-        self._pool.trim()
+        self.pool.trim()
         self._sources.clear()
         self.clock.detach()
 

@@ -1,0 +1,135 @@
+"""A window's device memory from its marks (``capture.memory``): the peak of what its code
+held, the step open at the peak, each step's peak, what the window allocated and never
+freed. Pure code.
+
+The marks cut the window into stretches at its edges and its steps' edges (ordered by a
+count, not by time: host stamps can tie), so the steps open over a stretch are the same
+all through it, and each stretch's peak is the source's own: ``peak_bytes`` is the highest stretch peak over what was held when the window began,
+a step's ``memory_peak_bytes`` the highest over the stretches it was open for,
+``peak_step`` the innermost step open over the stretch of the peak.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpuprof.analysis.model import Allocation, MemoryLog, Span
+
+LARGEST = 3  # the allocations a breach's message names
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An allocation named in a message: its size, where the user's code made it, and the
+    innermost step open then."""
+
+    nbytes: int
+    where: str
+    step: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": self.nbytes, "where": self.where, "step": self.step}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMetrics:
+    peak_bytes: int
+    reserved_peak_bytes: int | None
+    peak_step: str | None
+    source: str
+    # the steps around ``peak_step`` at the peak, outermost first (for the message)
+    peak_within: tuple[str, ...] = ()
+    # allocated in the window and not freed by its end (``None``: not seen)
+    leaked_bytes: int | None = None
+    largest: tuple[Held, ...] = ()  # live at the peak, largest first (sources that see each one)
+    leaks: tuple[Held, ...] = ()  # per step: what it allocated and the window never freed
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "peak_bytes": self.peak_bytes,
+            "reserved_peak_bytes": self.reserved_peak_bytes,
+            "peak_step": self.peak_step,
+            "source": self.source,
+            "leaked_bytes": self.leaked_bytes,
+        }
+        if self.largest:
+            out["largest"] = [h.to_dict() for h in self.largest]
+        if self.leaks:
+            out["leaks"] = [h.to_dict() for h in self.leaks]
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def _innermost(open_: Sequence[int], spans: Mapping[int, Span]) -> Span | None:
+    """The innermost of the steps open (span ids): the deepest, the latest begun."""
+    steps = [spans[i] for i in open_ if i in spans]
+    return max(steps, key=lambda s: (s.depth, s.start, s.span_id), default=None)
+
+
+def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None, dict[str, int]]:
+    """The window's memory figures and each step's peak (bytes over the window's start)."""
+    marks = sorted(log.marks, key=lambda m: m.seq)
+    if len(marks) < 2:
+        return None, {}
+    spans = {s.span_id: s for s in steps}
+    base, first, last = marks[0].held, marks[0].seq, marks[-1].seq
+    stretches = list(itertools.pairwise(marks))  # the steps open over each: those after its first edge
+    rises = [after.peak - base for _, after in stretches]
+    top = max(range(len(rises)), key=lambda i: rises[i])
+    at_peak = _innermost(stretches[top][0].open, spans)
+    within = sorted((spans[i] for i in stretches[top][0].open if i in spans), key=lambda s: (s.depth, s.start))
+    step_peaks: dict[str, int] = {}
+    for (before, _), rise in zip(stretches, rises, strict=True):
+        for name in {spans[i].name for i in before.open if i in spans}:
+            step_peaks[name] = max(step_peaks.get(name, 0), max(rise, 0))
+    reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
+    largest: tuple[Held, ...] = ()
+    leaks: tuple[Held, ...] = ()
+    if log.allocations is not None:
+        mine = [a for a in log.allocations if first <= a.seq <= last]
+        kept = [a for a in mine if a.end_seq is None or a.end_seq > last]
+        leaked: int | None = sum(a.nbytes for a in kept)
+        leaks = _by_step(kept, spans)
+        peak_seq = stretches[top][1].peak_seq
+        if peak_seq is not None:
+            live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
+            largest = tuple(_held(a, spans) for a in sorted(live, key=lambda a: (-a.nbytes, a.seq))[:LARGEST])
+    else:
+        leaked = max(marks[-1].held - base, 0)
+    metrics = MemoryMetrics(
+        peak_bytes=max(rises[top], 0),
+        reserved_peak_bytes=max(reserved) if reserved else None,
+        peak_step=at_peak.name if at_peak is not None else None,
+        source=log.source,
+        peak_within=tuple(s.name for s in within if s is not at_peak),
+        leaked_bytes=leaked,
+        largest=largest,
+        leaks=leaks,
+        note=log.note,
+    )
+    return metrics, step_peaks
+
+
+def _held(a: Allocation, spans: Mapping[int, Span]) -> Held:
+    step = spans.get(a.span_id) if a.span_id is not None else None
+    return Held(a.nbytes, a.where, step.name if step is not None else None)
+
+
+def _by_step(kept: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[Held, ...]:
+    """What each step allocated and never freed: its bytes, at the place of its largest."""
+    total: dict[str | None, int] = defaultdict(int)
+    largest: dict[str | None, Allocation] = {}
+    for a in kept:
+        step = _held(a, spans).step
+        total[step] += a.nbytes
+        if step not in largest or a.nbytes > largest[step].nbytes:
+            largest[step] = a
+    return tuple(
+        Held(nbytes, largest[step].where, step) for step, nbytes in sorted(total.items(), key=lambda kv: -kv[1])
+    )

@@ -1,0 +1,313 @@
+"""Device memory: the peak over a window and per step against a brute-force replay of the
+allocations, the budgets on it (every key must be able to fail), sizes with units, and the
+plugin end to end on the host backend, whose pool tells of each allocation."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_gpuprof.analysis import descriptors, metrics
+from pytest_gpuprof.analysis import memory as memory_mod
+from pytest_gpuprof.analysis.model import Allocation, MemoryLog, MemoryMark, Span
+from pytest_gpuprof.analysis.timeline import Timeline
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, StepBudget, evaluate, not_measured, parse_budget
+
+MIB = 1 << 20
+
+# a program: allocate, free an earlier allocation, open or close a step
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("alloc"), st.integers(1, 10_000)),
+        st.tuples(st.just("free"), st.integers(0, 50)),
+        st.tuples(st.just("enter"), st.sampled_from(["a", "b", "c"])),
+        st.tuples(st.just("exit"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+def replay(program, held_before=0):
+    """Run ``program`` as a counted source would see it: marks at the window's and the
+    steps' edges (each with the peak since the one before and the steps open after it),
+    allocations, steps. Also the brute force: the held bytes after every operation, with
+    the steps open then (names, and the innermost)."""
+    seq, held, peak, peak_seq = 0, held_before, held_before, None
+    marks, live, done, steps, open_ = [], {}, [], [], []
+    history = []
+
+    def tick():
+        nonlocal seq
+        seq += 1
+        return seq
+
+    def mark():
+        nonlocal peak, peak_seq
+        marks.append(MemoryMark(tick(), 0, held, peak, peak_seq, open=tuple(i for _, i, _ in open_)))
+        peak, peak_seq = held, None
+
+    mark()
+    for kind, arg in program:
+        if kind == "alloc":
+            at = tick()
+            held += arg
+            live[at] = Allocation(at, None, arg, f"line {at}", open_[-1][1] if open_ else None)
+            if held > peak:
+                peak, peak_seq = held, at
+        elif kind == "free" and live:
+            a = live.pop(sorted(live)[arg % len(live)])
+            held -= a.nbytes
+            done.append(a._replace(end_seq=tick()))
+        elif kind == "enter":
+            open_.append((arg, len(steps) + len(open_) + 1, len(open_)))
+            mark()
+        elif kind == "exit" and open_:
+            name, span_id, depth = open_.pop()
+            steps.append(Span(name, 1, 0, 0, depth, span_id))
+            mark()
+        history.append((held, tuple(n for n, _, _ in open_), open_[-1][0] if open_ else None))
+    for name, span_id, depth in reversed(open_):
+        steps.append(Span(name, 1, 0, 0, depth, span_id))
+    mark()
+    log = MemoryLog("counted", tuple(marks), (*done, *live.values()))
+    return log, tuple(steps), history, live
+
+
+@given(ops, st.integers(0, 5000))
+def test_peaks_per_window_and_step_match_a_replay_of_every_allocation(program, before):
+    log, steps, history, live = replay(program, before)
+    got, step_peaks = memory_mod.compute(log, steps)
+    assert got is not None
+    expected = max([before, *(h for h, _, _ in history)]) - before
+    assert got.peak_bytes == expected
+    assert got.leaked_bytes == sum(a.nbytes for a in live.values())
+    previous = [(before, (), None), *history]
+    for name in {s.name for s in steps}:
+        # held while the step was open: after each operation inside it, and as it opened
+        during = [h - before for (h, _, _), (_, names, _) in zip(previous, history, strict=False) if name in names]
+        during += [h - before for h, names, _ in history if name in names]
+        assert step_peaks.get(name, 0) == max([0, *during])
+    if expected > 0:  # the innermost step open when the peak was first reached
+        first = next(i for i, (h, _, _) in enumerate(history) if h - before == expected)
+        assert got.peak_step == history[first][2]
+
+
+def test_the_largest_allocations_live_at_the_peak_and_the_leaks_by_step():
+    program = [("enter", "load"), ("alloc", 300), ("alloc", 100), ("exit", 0), ("free", 0)]
+    program += [("enter", "train"), ("alloc", 50), ("exit", 0)]
+    log, steps, _, _ = replay(program)
+    got, _ = memory_mod.compute(log, steps)
+    assert got.peak_bytes == 400 and got.peak_step == "load"
+    assert [(h.nbytes, h.step) for h in got.largest] == [(300, "load"), (100, "load")]
+    assert [(h.nbytes, h.step) for h in got.leaks] == [(100, "load"), (50, "train")]
+    assert got.leaked_bytes == 150
+
+
+def _window(peak, steps=(), step_peak=None):
+    """A window whose memory marks say ``peak`` bytes over its start."""
+    spans = tuple(Span(name, 1, 0, 100, span_id=i + 1) for i, name in enumerate(steps))
+    opened = tuple(s.span_id for s in spans)
+    marks = (MemoryMark(0, 0, 0, 0, open=opened), MemoryMark(1, 100, 0, peak, None, 2 * peak, 2 * peak))
+    return metrics.compute(Timeline(0, 100, "host", spans, memory=MemoryLog("host", marks, ())))
+
+
+@pytest.mark.parametrize(
+    ("budget", "key"),
+    [
+        (Budget(max_memory=999), "max_memory"),
+        (Budget(steps={"s": StepBudget(max_memory=999)}), "steps.s.max_memory"),
+    ],
+)
+def test_every_memory_key_fails_when_breached_and_passes_under_its_limit(budget, key):
+    assert [b.key for b in evaluate(budget, _window(1000, ["s"]))] == [key]
+    assert evaluate(budget, _window(999, ["s"])) == []
+
+
+def test_max_leaked_bytes_fails_a_window_that_kept_memory():
+    marks = (MemoryMark(0, 0, 0, 0), MemoryMark(2, 100, 64, 64))
+    kept = metrics.compute(Timeline(0, 100, "host", memory=MemoryLog("host", marks, (Allocation(1, None, 64, "x"),))))
+    assert kept.memory.leaked_bytes == 64
+    assert [b.key for b in evaluate(Budget(max_leaked_bytes=0), kept)] == ["max_leaked_bytes"]
+    assert evaluate(Budget(max_leaked_bytes=64), kept) == []
+
+
+def test_every_budget_key_has_a_window_that_breaches_it():
+    """No key that nothing can breach: each descriptor's limit is tested somewhere to fail."""
+    keys = {*descriptors.limits("window", "memory"), *descriptors.limits("step")}
+    assert {"max_memory", "max_leaked_bytes"} <= keys
+    assert descriptors.lookup("memory.peak_bytes").limit.key == "max_memory"
+    assert descriptors.lookup("steps.x.memory_peak_bytes").limit.key == "max_memory"
+
+
+def test_memory_that_no_allocator_saw_reads_not_measured_never_zero():
+    m = metrics.compute(Timeline(0, 100, "cupti"))
+    assert m.memory is None and "memory" not in m.flat()
+    assert not_measured(Budget(max_memory=1, own={"max_memory"}), m) == [
+        f"max_memory not measured: {metrics.NO_ALLOCATOR}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("512 MiB", 512 * MIB), ("2 GiB", 2 << 30), ("1.5GB", 1_500_000_000), ("100", 100), ("64 KiB", 64 << 10)],
+)
+def test_sizes_take_units(text, expected):
+    assert parse_budget({"max_memory": text}, "m").max_memory == expected
+    assert parse_budget({"steps": {"s": {"max_memory": text}}}, "m").steps["s"].max_memory == expected
+
+
+@pytest.mark.parametrize("bad", ["1 GX", "lots", "-1 GiB", "2 GiBs"])
+def test_a_bad_size_names_the_key_and_the_source(bad):
+    with pytest.raises(BudgetError, match=re.escape(f"pyproject.toml: steps.s.max_memory = {bad!r}: not a size")):
+        parse_budget({"steps": {"s": {"max_memory": bad}}}, "pyproject.toml")
+
+
+def test_memory_paths_are_comparable():
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    (t,) = parse_thresholds("memory.peak_bytes:+10%")
+    assert t.metric == "memory.peak_bytes"
+    assert "memory.peak_bytes" in _window(10).flat()
+    assert _window(10, ["s"]).flat()["steps.s.memory_peak_bytes"] == 10
+
+
+# the plugin, on the host backend
+
+STEPS = """
+import pytest
+
+def body(gpuprof, gpu_workload, big):
+    with gpuprof.step("load"):
+        small = gpu_workload.alloc(1 << 20)
+    with gpuprof.step("train"):
+        activations = gpu_workload.alloc(big)
+        del activations
+    del small
+
+@pytest.mark.gpu_budget(steps={"train": {"max_memory": "1 GiB"}})
+@pytest.mark.parametrize("big", [int(1.5 * (1 << 30)), int(0.9 * (1 << 30))])
+def test_train(gpuprof, gpu_workload, big):
+    gpuprof.measure(lambda: body(gpuprof, gpu_workload, big), rounds=1, warmup=0)
+"""
+
+
+def test_a_step_over_its_memory_fails_naming_the_step_and_the_line(pytester):
+    pytester.makepyfile(test_steps=STEPS)
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*steps.train.memory_peak_bytes 1.50 GiB (1,611,661,312 B) > 1.00 GiB (1,073,741,824 B) (steps.train.max_memory)*",
+            "*device memory: peak 1.50 GiB over the window's start in step train > alloc (host)*",
+            "*live at the peak: 1.50 GiB at test_steps.py:7 body*; 1.0 MiB at test_steps.py:5 body*",
+        ]
+    )
+    tests = {t["nodeid"].split("[")[1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    failed = tests["1610612736]"]["metrics"]
+    held = (3 << 29) + (1 << 20)  # the activations, and what "load" still held
+    assert failed["memory"]["peak_bytes"] == held and failed["memory"]["source"] == "host"
+    assert failed["memory"]["peak_step"] == "alloc" and failed["steps"]["train"]["memory_peak_bytes"] == held
+    assert failed["steps"]["load"]["memory_peak_bytes"] == 1 << 20
+    assert tests["966367641]"]["verdict"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        "decorator",
+        "applymarker",
+        "plugin",
+    ],
+)
+def test_max_memory_fails_however_the_marker_arrives(pytester, placement):
+    marker = 'pytest.mark.gpu_budget(max_memory="1 MiB")'
+    pytester.makepyfile(
+        gpuprof_adopt=f"""
+        import pytest
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                item.add_marker({marker})
+        """,
+        test_alloc=f"""
+        import pytest
+
+        {"@" + marker if placement == "decorator" else ""}
+        def test_alloc(gpuprof, gpu_workload, request):
+            {"request.applymarker(" + marker + ")" if placement == "applymarker" else "pass"}
+            def body():
+                buffer = gpu_workload.alloc(2 << 20)
+                del buffer
+            gpuprof.measure(body, rounds=1, warmup=0)
+        """,
+    )
+    pytester.syspathinsert()
+    extra = ["-p", "gpuprof_adopt"] if placement == "plugin" else []
+    result = pytester.runpytest(*extra, "--gpu-budget")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*memory.peak_bytes 2.0 MiB (2,097,152 B) > 1.0 MiB (1,048,576 B) (max_memory)*"])
+
+
+def test_max_leaked_bytes_names_the_step_that_kept_memory(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        KEPT = []
+
+        @pytest.mark.gpu_budget(max_leaked_bytes=0)
+        def test_cache(gpuprof, gpu_workload):
+            def body():
+                with gpuprof.step("cache"):
+                    KEPT.append(gpu_workload.alloc(4096))
+            gpuprof.measure(body, rounds=1, warmup=0)
+            KEPT.clear()
+        """
+    )
+    result = pytester.runpytest("--gpu-budget")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*memory.leaked_bytes 4.0 KiB (4,096 B) > 0 B (0 B) (max_leaked_bytes)*",
+            "*never freed in the window: 4.0 KiB by step alloc, largest at test_max_leaked_bytes_names_the_step*",
+        ]
+    )
+
+
+def test_a_bad_size_in_pyproject_is_a_usage_error(pytester):
+    pytester.makepyprojecttoml('[tool.gpuprof.budget]\nmax_memory = "2 GB of it"\n')
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--gpu-budget")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*max_memory = '2 GB of it': not a size*"])
+
+
+SHRINK = """
+import pytest
+from hypothesis import given, settings
+from pytest_gpuprof.strategies import buffer_sizes
+
+@pytest.mark.gpu_budget(max_memory=THRESHOLD - 1)
+@settings(max_examples=60, database=None)
+@given(size=buffer_sizes(1 << 10, 128 << 20))
+def test_alloc(gpuprof, gpu_workload, size):
+    def body():
+        buffer = gpu_workload.alloc(size)
+        del buffer
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+@pytest.mark.parametrize("threshold", [24_000_000, 64 * MIB + 1])
+def test_a_memory_budget_shrinks_to_the_exact_threshold(pytester, threshold):
+    """Deterministic, so exact: the smallest breaching size is the threshold itself."""
+    pytester.makepyfile(SHRINK.replace("THRESHOLD", str(threshold)))
+    result = pytester.runpytest("--gpu-budget", "--hypothesis-seed=1")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "Flaky" not in out
+    assert int(re.search(r"size=(\d+)", out)[1]) == threshold
