@@ -128,13 +128,13 @@ class CupySource(_Counted):
         source = self
 
         class Hook(cupy.cuda.memory_hook.MemoryHook):
-            name = "gpuprof"
+            name = f"gpuprof-{id(self)}"  # unique: one per test, in the thread that runs it
 
-            def malloc_postprocess(self, device_id: int, size: int, mem_size: int, mem_ptr: int, pmem_id: int) -> None:
-                source.allocated(mem_ptr, mem_size, int(source._pool.total_bytes()))
+            def malloc_postprocess(self, **call: Any) -> None:
+                source.allocated(call["mem_ptr"], call["mem_size"], int(source._pool.total_bytes()))
 
-            def free_postprocess(self, device_id: int, mem_size: int, mem_ptr: int, pmem_id: int) -> None:
-                source.freed(mem_ptr, mem_size)
+            def free_postprocess(self, **call: Any) -> None:
+                source.freed(call["mem_ptr"], call["mem_size"])
 
         self._hook = Hook()
         self._hook.__enter__()

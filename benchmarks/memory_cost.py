@@ -1,0 +1,93 @@
+"""What tracking device memory costs a loop, in one process: the tracker on and off between
+blocks of rounds, in turn (as ``interleaved.py`` does for the capture's sources).
+
+Run on a CUDA machine: ``python benchmarks/memory_cost.py LOOP [--cycles N]``, LOOP one of
+``graph`` (the CUDA-graph MLP of ``observer.py``: PyTorch's counters read at each round's
+edges), ``pytorch`` (its training loop, the same) or ``cupy`` (2,000 small elementwise
+operations a round, each allocating its output: CuPy's pool hook called for every one).
+``memory`` marks at each round's edges, as a window's edges are marked; ``memory+steps``
+also marks a step around each 100 operations (``cupy``) or each round (the others).
+Printed: the median over cycles of each block's median round, against ``none``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from observer import LOOPS
+
+CUPY = """
+import cupy as cp
+
+def make_round():
+    x = cp.ones(1024, dtype=cp.float32)
+
+    def one_round(mark=None):
+        y = x
+        for i in range(2000):
+            if mark is not None and i % 100 == 0:
+                mark()
+            y = y * 1.0001 + 0.5
+        cp.cuda.Device().synchronize()
+        return y
+
+    return one_round
+"""
+CONFIGS = ["none", "memory", "memory+steps"]
+
+
+def main() -> None:
+    from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("loop", choices=["graph", "pytorch", "cupy"])
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    namespace: dict[str, Any] = {}
+    exec(CUPY if args.loop == "cupy" else LOOPS[args.loop], namespace)
+    one_round = namespace["make_round"]()
+    for _ in range(3):
+        one_round()
+    blocks: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    sources = 0
+    for cycle in range(args.cycles):
+        for config in CONFIGS if cycle % 2 == 0 else CONFIGS[::-1]:
+            tracker = MemoryTracker(Discovery()) if config != "none" else None
+            mark = (lambda t=tracker: t.mark(time.perf_counter_ns())) if tracker is not None else None
+            walls = []
+            for _ in range(args.rounds + 1):
+                start = time.perf_counter_ns()
+                if mark is not None:
+                    mark()
+                if args.loop == "cupy":
+                    one_round(mark if config == "memory+steps" else None)
+                else:
+                    if config == "memory+steps" and mark is not None:
+                        mark()
+                    one_round()
+                if mark is not None:
+                    mark()
+                walls.append((time.perf_counter_ns() - start) / 1e6)
+            if tracker is not None:
+                sources = len(tracker.sources)
+                tracker.close()
+            blocks[config].append(statistics.median(walls[1:]))
+    base = statistics.median(blocks["none"])
+    for config, medians in blocks.items():
+        wall = statistics.median(medians)
+        out = {"loop": args.loop, "config": config, "wall_ms": round(wall, 3), "sources": sources}
+        out["blocks"] = f"{min(medians):.3f}-{max(medians):.3f}"
+        print(json.dumps(out), f"{100 * (wall / base - 1):+.2f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Device memory on a real GPU: PyTorch's caching allocator and CuPy's pool, against their
+own counters; budgets that fail a step over its memory and pass one under; hypothesis
+shrinking a memory budget's breach to its threshold. Skipped without the framework."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def torch_body(torch, gpuprof):
+    """Known tensors: 256 MiB and 64 MiB in step "load", one freed, 512 MiB in "train"."""
+
+    def body():
+        with gpuprof.step("load"):
+            a = torch.empty(256 * MIB, dtype=torch.uint8, device="cuda")
+            b = torch.empty(64 * MIB, dtype=torch.uint8, device="cuda")
+        del a
+        with gpuprof.step("train"):
+            c = torch.empty(512 * MIB, dtype=torch.uint8, device="cuda")
+            c.fill_(1)
+        del b, c
+        torch.cuda.synchronize()
+
+    return body
+
+
+def test_pytorch_peak_equals_its_allocators_own_rise(gpuprof):
+    torch = pytest.importorskip("torch")
+    body = torch_body(torch, gpuprof)
+    m = gpuprof.measure(body, rounds=2, warmup=1)
+    # the same body, unmeasured, read by PyTorch's own counters
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    body()
+    rise, reserved = torch.cuda.max_memory_allocated() - base, torch.cuda.max_memory_reserved()
+    print(f"\npytorch: {m.memory}, steps {[(n, s.memory_peak_bytes) for n, s in m.steps.items()]}; rise {rise}")
+    assert m.memory is not None and "torch" in m.memory.source
+    assert m.memory.peak_bytes == rise == 576 * MIB  # b and c at once
+    assert m.memory.reserved_peak_bytes == reserved
+    assert m.steps["load"].memory_peak_bytes == 320 * MIB
+    assert m.steps["train"].memory_peak_bytes == 576 * MIB
+    assert m.memory.peak_step == "train" and m.memory.leaked_bytes == 0
+
+
+def test_cupy_peak_equals_its_pools_used_bytes_peak(gpuprof):
+    cp = pytest.importorskip("cupy")
+    pool = cp.get_default_memory_pool()
+    seen = []
+
+    def body():
+        start = pool.used_bytes()
+        with gpuprof.step("load"):
+            a = cp.empty(100 * MIB + 3, dtype=cp.uint8)
+            b = cp.empty(30 * MIB, dtype=cp.uint8)
+        seen.append(pool.used_bytes() - start)
+        del a
+        with gpuprof.step("train"):
+            c = cp.empty(50 * MIB, dtype=cp.uint8)
+            seen.append(pool.used_bytes() - start)
+        del b, c
+        cp.cuda.Device().synchronize()
+
+    m = gpuprof.measure(body, rounds=2, warmup=1)
+    print(f"\ncupy: {m.memory}; pool's used bytes at the two highs {seen[-2:]}")
+    assert m.memory is not None and "cupy" in m.memory.source
+    assert m.memory.peak_bytes == max(seen[-2:])  # the pool's own count, 512-byte blocks
+    assert m.memory.peak_step == "load" and m.steps["train"].memory_peak_bytes == seen[-1]
+    assert m.memory.largest and m.memory.largest[0].where.startswith("tests/gpu/test_memory.py:")
+
+
+STEP_BUDGET = """
+import pytest
+import cupy as cp
+
+GIB = 1 << 30
+
+@pytest.mark.gpu_budget(steps={"train": {"max_memory": "1 GiB"}})
+@pytest.mark.parametrize("size", [int(1.5 * GIB), int(0.9 * GIB)])
+def test_train(gpuprof, size):
+    def body():
+        with gpuprof.step("train"):
+            activations = cp.empty(size, dtype=cp.uint8)
+            activations.fill(1)
+        del activations
+        cp.cuda.Device().synchronize()
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+def test_a_step_over_its_memory_fails_naming_the_step_and_the_line(pytester, plugin_args):
+    pytest.importorskip("cupy")
+    pytester.makepyfile(test_budget_memory=STEP_BUDGET)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json")
+    print(result.stdout.str()[-3000:])
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*steps.train.memory_peak_bytes 1.50 GiB (1,610,612,736 B) > 1.00 GiB (1,073,741,824 B)*",
+            "*device memory: peak 1.50 GiB over the window's start in step train*",
+            "*live at the peak: 1.50 GiB at test_budget_memory.py:12 body*",
+        ]
+    )
+    tests = json.loads((pytester.path / "r.json").read_text())["tests"]
+    assert sorted(t["verdict"] for t in tests) == ["FAIL: breach steps.train.max_memory", "ok"]
+
+
+SHRINK = """
+import pytest
+from hypothesis import given, settings
+from pytest_gpuprof.strategies import buffer_sizes
+
+@pytest.mark.gpu_budget(max_memory=THRESHOLD - 1)
+@settings(max_examples=60, database=None)
+@given(size=buffer_sizes(1 << 10, 4 << 30))
+def test_alloc(gpuprof, gpu_workload, size):
+    def body():
+        buffer = gpu_workload.alloc(size)
+        del buffer
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+@pytest.mark.parametrize("threshold", [24_000_000, 64 * MIB + 1, 3 * GIB])
+def test_a_memory_budget_shrinks_to_its_threshold_on_the_gpu(pytester, plugin_args, threshold):
+    """CuPy's pool rounds each block up to 512 bytes, so the smallest breaching size is the
+    first whose block passes the limit: within 512 bytes of the threshold."""
+    pytester.makepyfile(SHRINK.replace("THRESHOLD", str(threshold)))
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--hypothesis-seed=1", "-p", "no:randomly")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "Flaky" not in out
+    size = int(re.search(r"size=(\d+)", out)[1])
+    smallest = (threshold - 1) // 512 * 512 + 1  # the first size whose 512-byte block exceeds THRESHOLD - 1
+    print(f"\nthreshold {threshold:,}: shrank to {size:,} ({100 * (size - threshold) / threshold:+.4f}%)")
+    assert size == smallest and abs(size - threshold) <= 0.01 * threshold
