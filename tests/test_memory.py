@@ -311,3 +311,12 @@ def test_a_memory_budget_shrinks_to_the_exact_threshold(pytester, threshold):
     out = result.stdout.str()
     assert "Flaky" not in out
     assert int(re.search(r"size=(\d+)", out)[1]) == threshold
+
+
+def test_a_counters_only_source_beside_a_counting_one_keeps_places_and_counts_leaks_by_its_counters():
+    program = [("enter", "load"), ("alloc", 300), ("exit", 0)]
+    log, steps, _, _ = replay(program)
+    mixed = MemoryLog("torch+cupy", log.marks, log.allocations, None, every=False)
+    got, _ = memory_mod.compute(mixed, steps)
+    assert [(h.nbytes, h.step) for h in got.largest] == [(300, "load")]
+    assert got.leaked_bytes == 300  # the counters' end against their start

@@ -91,17 +91,19 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
     largest: tuple[Held, ...] = ()
     leaks: tuple[Held, ...] = ()
+    # what the window kept: every allocation's count where the sources see each one, else
+    # what the counters held more at the end than at the start
+    leaked = max(marks[-1].held - base, 0)
     if log.allocations is not None:
         mine = [a for a in log.allocations if first <= a.seq <= last]
         kept = [a for a in mine if a.end_seq is None or a.end_seq > last]
-        leaked: int | None = sum(a.nbytes for a in kept)
+        if log.every:
+            leaked = sum(a.nbytes for a in kept)
         leaks = _by_step(kept, spans)
         peak_seq = stretches[top][1].peak_seq
         if peak_seq is not None:
             live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
             largest = tuple(_held(a, spans) for a in sorted(live, key=lambda a: (-a.nbytes, a.seq))[:LARGEST])
-    else:
-        leaked = max(marks[-1].held - base, 0)
     metrics = MemoryMetrics(
         peak_bytes=max(rises[top], 0),
         reserved_peak_bytes=max(reserved) if reserved else None,

@@ -120,13 +120,15 @@ class Allocation(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class MemoryLog:
-    """A window's memory marks, from ``source``; ``allocations`` where the source sees each
-    one (``None``: it does not), and a note on what it cannot see."""
+    """A window's memory marks, from ``source``; the allocations of the sources that see
+    each one (``None``: none does; ``every``: all of them do), and a note on what they
+    cannot see."""
 
     source: str
     marks: tuple[MemoryMark, ...]
     allocations: tuple[Allocation, ...] | None = None
     note: str | None = None
+    every: bool = True
 
 
 # a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend

@@ -124,20 +124,28 @@ class CupySource(_Counted):
     def __init__(self, tick: Callable[[], int], cupy: Any) -> None:
         self._pool = cupy.get_default_memory_pool()
         super().__init__(tick, int(self._pool.used_bytes()))
-        self.reserved = self.reserved_peak = int(self._pool.total_bytes())
+        self.reserved = int(self._pool.total_bytes())
         source = self
 
         class Hook(cupy.cuda.memory_hook.MemoryHook):
             name = f"gpuprof-{id(self)}"  # unique: one per test, in the thread that runs it
 
             def malloc_postprocess(self, **call: Any) -> None:
-                source.allocated(call["mem_ptr"], call["mem_size"], int(source._pool.total_bytes()))
+                source.allocated(call["mem_ptr"], call["mem_size"])
 
             def free_postprocess(self, **call: Any) -> None:
                 source.freed(call["mem_ptr"], call["mem_size"])
 
         self._hook = Hook()
         self._hook.__enter__()
+
+    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+        # the pool grows only as it allocates and shrinks only when trimmed: what it
+        # reserved is read at the marks, not at every allocation
+        reserved = int(self._pool.total_bytes())
+        held, peak, peak_seq, before, _ = super().read()
+        self.reserved = reserved
+        return held, peak, peak_seq, reserved, max(reserved, before or 0)
 
     def close(self) -> None:
         self._hook.__exit__(None, None, None)
@@ -147,6 +155,10 @@ class TorchSource:
     """PyTorch's caching allocator on one device: its counters, the peaks reset at each read."""
 
     name = "torch"
+    note = (
+        "PyTorch's allocator is read by its counters at each window's and step's edge (their peaks are "
+        "reset there): its allocations' places are not seen"
+    )
 
     def __init__(self, torch: Any, device: int) -> None:
         self._cuda = torch.cuda
@@ -154,14 +166,19 @@ class TorchSource:
         self._cuda.reset_peak_memory_stats(device)
 
     def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        stats = self._cuda.memory_stats(self._device)
+        # the nested form: ``memory_stats`` flattens every counter in Python, ten times dearer
+        stats = self._cuda.memory_stats_as_nested_dict(self._device)
         self._cuda.reset_peak_memory_stats(self._device)
+        allocated, reserved = (
+            stats.get("allocated_bytes", {}).get("all", {}),
+            stats.get("reserved_bytes", {}).get("all", {}),
+        )
         return (
-            int(stats.get("allocated_bytes.all.current", 0)),
-            int(stats.get("allocated_bytes.all.peak", 0)),
+            int(allocated.get("current", 0)),
+            int(allocated.get("peak", 0)),
             None,
-            int(stats.get("reserved_bytes.all.current", 0)),
-            int(stats.get("reserved_bytes.all.peak", 0)),
+            int(reserved.get("current", 0)),
+            int(reserved.get("peak", 0)),
         )
 
     def close(self) -> None:
@@ -265,8 +282,10 @@ class MemoryTracker:
         with self._lock:
             marks = tuple(m for m in self.marks if lo <= m.seq <= hi)
         counted = [s for s in self.sources if isinstance(s, _Counted)]
-        allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if len(counted) == len(self.sources) else None
-        return MemoryLog(self.name, marks, allocations, jax_note())
+        allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if counted else None
+        notes = [n for n in (jax_note(), *(getattr(s, "note", None) for s in self.sources)) if n]
+        every = len(counted) == len(self.sources)
+        return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every)
 
     def forget(self) -> None:
         """No window open: what was marked is accounted for."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -43,7 +44,10 @@ def test_pytorch_peak_equals_its_allocators_own_rise(gpuprof):
     print(f"\npytorch: {m.memory}, steps {[(n, s.memory_peak_bytes) for n, s in m.steps.items()]}; rise {rise}")
     assert m.memory is not None and "torch" in m.memory.source
     assert m.memory.peak_bytes == rise == 576 * MIB  # b and c at once
-    assert m.memory.reserved_peak_bytes == reserved
+    # what the process reserved: PyTorch's segments, and CuPy's pool where the plugin's backend loaded it
+    cupy = sys.modules.get("cupy")
+    pooled = cupy.get_default_memory_pool().total_bytes() if cupy is not None and "cupy" in m.memory.source else 0
+    assert m.memory.reserved_peak_bytes == reserved + pooled
     assert m.steps["load"].memory_peak_bytes == 320 * MIB
     assert m.steps["train"].memory_peak_bytes == 576 * MIB
     assert m.memory.peak_step == "train" and m.memory.leaked_bytes == 0
@@ -117,7 +121,7 @@ from hypothesis import given, settings
 from pytest_gpuprof.strategies import buffer_sizes
 
 @pytest.mark.gpu_budget(max_memory=THRESHOLD - 1)
-@settings(max_examples=60, database=None)
+@settings(max_examples=200, database=None)  # sizes in the top quarter of 4 GiB are drawn rarely
 @given(size=buffer_sizes(1 << 10, 4 << 30))
 def test_alloc(gpuprof, gpu_workload, size):
     def body():
