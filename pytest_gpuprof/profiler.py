@@ -75,6 +75,8 @@ class Profiler:
         self.spans = SpanRecorder(backend)
         self.spans.memory = memory.tracker_for(backend)
         self.spans.memory.open_steps = self.spans.open_steps
+        if self.budget.gates_memory:
+            self.spans.memory.see_each()
         self.collector = WindowCollector(
             backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
         )
@@ -189,6 +191,8 @@ class Profiler:
         if budget == self.budget:
             return
         self.budget = budget
+        if budget.gates_memory and self.spans.memory is not None:
+            self.spans.memory.see_each()
         for window in self.windows:
             if not window.settled:
                 window.verdict = judge(budget, window.metrics)

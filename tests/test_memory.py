@@ -320,3 +320,54 @@ def test_a_counters_only_source_beside_a_counting_one_keeps_places_and_counts_le
     got, _ = memory_mod.compute(mixed, steps)
     assert [(h.nbytes, h.step) for h in got.largest] == [(300, "load")]
     assert got.leaked_bytes == 300  # the counters' end against their start
+
+
+class FakeCupy:
+    """CuPy's pool and memory-hook shapes, as the tracker uses them."""
+
+    def __init__(self):
+        self.used, self.hooks = 0, []
+        pool = type("Pool", (), {"used_bytes": lambda _: self.used, "total_bytes": lambda _: 1 << 30})()
+        fake = self
+
+        class MemoryHook:
+            def __enter__(self):
+                fake.hooks.append(self)
+
+            def __exit__(self, *exc):
+                fake.hooks.remove(self)
+
+        self.get_default_memory_pool = lambda: pool
+        self.cuda = type("cuda", (), {"memory_hook": type("memory_hook", (), {"MemoryHook": MemoryHook})})
+
+    def malloc(self, ptr, size):
+        self.used += size
+        for hook in self.hooks:
+            hook.malloc_postprocess(device_id=0, size=size, mem_size=size, mem_ptr=ptr, pmem_id=0)
+
+    def free(self, ptr, size):
+        self.used -= size
+        for hook in self.hooks:
+            hook.free_postprocess(device_id=0, mem_size=size, mem_ptr=ptr, pmem_id=0)
+
+
+def test_cupy_is_read_at_the_edges_until_a_memory_budget_asks_for_each_allocation(monkeypatch):
+    """Without a memory gate CuPy's pool is read at the marks (its hook would slow every
+    allocation); with one, the hook sees the peak between two edges, and where it was made."""
+    from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
+
+    cupy = FakeCupy()
+    monkeypatch.setitem(__import__("sys").modules, "cupy", cupy)
+    tracker = MemoryTracker(Discovery())
+    for hooked in (False, True):
+        first = tracker.mark(0)
+        cupy.malloc(1, 1000)  # a peak between two edges
+        cupy.free(1, 1000)
+        log = tracker.log(first, tracker.mark(1))
+        got, _ = memory_mod.compute(log, ())
+        assert cupy.hooks == ([cupy.hooks[0]] if hooked else [])
+        assert got.peak_bytes == (1000 if hooked else 0)
+        assert (got.note or "").startswith("CuPy's pool read at the edges") != hooked
+        tracker.see_each()
+    tracker.close()
+    assert cupy.hooks == []

@@ -48,6 +48,8 @@ class _Counted:
     ``tick``: the tracker's count, which orders allocations and marks alike."""
 
     name = "counted"
+    sees_each = True
+    note: str | None = None
 
     def __init__(self, tick: Callable[[], int], held: int = 0) -> None:
         self._tick = tick
@@ -116,15 +118,25 @@ class HostSource(_Counted):
 
 
 class CupySource(_Counted):
-    """CuPy's pool, through a memory hook entered in the measuring thread (CuPy's hooks are
-    per thread: allocations of other threads are not seen, and a note says so)."""
+    """CuPy's pool: read at the marks (``used_bytes``), and, where the test gates memory
+    (``hook``), through a memory hook that sees each allocation. The hook costs each CuPy
+    allocation a few microseconds of Python (a loop of small elementwise operations ran 2x
+    slower on the H200: docs/performance.md), which would change the utilization being
+    measured, so it is on only where a memory budget needs it. CuPy's hooks are per thread:
+    the hook sees the thread that runs the test."""
 
     name = "cupy"
 
-    def __init__(self, tick: Callable[[], int], cupy: Any) -> None:
+    def __init__(self, tick: Callable[[], int], cupy: Any, hook: bool) -> None:
+        self._cupy = cupy
         self._pool = cupy.get_default_memory_pool()
         super().__init__(tick, int(self._pool.used_bytes()))
         self.reserved = int(self._pool.total_bytes())
+        self.sees_each = hook
+        self.note = None if hook else EDGES_ONLY
+        self._hook: Any = None
+        if not hook:
+            return
         source = self
 
         class Hook(cupy.cuda.memory_hook.MemoryHook):
@@ -143,18 +155,33 @@ class CupySource(_Counted):
         # the pool grows only as it allocates and shrinks only when trimmed: what it
         # reserved is read at the marks, not at every allocation
         reserved = int(self._pool.total_bytes())
+        if self._hook is None:
+            used = int(self._pool.used_bytes())
+            return used, used, None, reserved, reserved
         held, peak, peak_seq, before, _ = super().read()
         self.reserved = reserved
         return held, peak, peak_seq, reserved, max(reserved, before or 0)
 
+    def hooked(self, tick: Callable[[], int]) -> CupySource:
+        """This source, seeing each allocation from now on."""
+        return self if self._hook is not None else CupySource(tick, self._cupy, True)
+
     def close(self) -> None:
-        self._hook.__exit__(None, None, None)
+        if self._hook is not None:
+            self._hook.__exit__(None, None, None)
+
+
+EDGES_ONLY = (
+    "CuPy's pool read at the edges of windows and steps only: a peak between two edges is not seen "
+    "(a memory budget on the test turns on CuPy's allocation hook, which sees each allocation)"
+)
 
 
 class TorchSource:
     """PyTorch's caching allocator on one device: its counters, the peaks reset at each read."""
 
     name = "torch"
+    sees_each = False
     note = (
         "PyTorch's allocator is read by its counters at each window's and step's edge (their peaks are "
         "reset there): its allocations' places are not seen"
@@ -191,6 +218,7 @@ class Discovery:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
+        self.each = False  # see each allocation where the framework can tell (CuPy's hook)
 
     def __call__(self, tick: Callable[[], int]) -> list[MemorySource]:
         out: list[MemorySource] = []
@@ -201,7 +229,7 @@ class Discovery:
         cupy = sys.modules.get("cupy")
         if "cupy" not in self._seen and cupy is not None:
             self._seen.add("cupy")
-            out.append(CupySource(tick, cupy))
+            out.append(CupySource(tick, cupy, self.each))
         return out
 
 
@@ -237,6 +265,13 @@ class MemoryTracker:
 
     def tick(self) -> int:
         return next(self._count)  # atomic under the GIL
+
+    def see_each(self) -> None:
+        """See each allocation where a source can, from now on: a memory budget needs the
+        peaks between the edges and the allocations' places (CuPy's hook)."""
+        if isinstance(self._discover, Discovery):
+            self._discover.each = True
+        self.sources = [s.hooked(self.tick) if isinstance(s, CupySource) else s for s in self.sources]
 
     @property
     def name(self) -> str:
@@ -281,7 +316,7 @@ class MemoryTracker:
         hi = self.tick() if hi is None else hi
         with self._lock:
             marks = tuple(m for m in self.marks if lo <= m.seq <= hi)
-        counted = [s for s in self.sources if isinstance(s, _Counted)]
+        counted = [s for s in self.sources if isinstance(s, _Counted) and s.sees_each]
         allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if counted else None
         notes = [n for n in (jax_note(), *(getattr(s, "note", None) for s in self.sources)) if n]
         every = len(counted) == len(self.sources)

@@ -117,6 +117,16 @@ class Budget(_Limits):
     def empty(self) -> bool:
         return not self._limits and not self.steps
 
+    @property
+    def gates_memory(self) -> bool:
+        """Whether a limit is on device memory (the tracker then sees each allocation)."""
+        memory = {k for k, m in self.KEYS.items() if m.scope == "memory"}
+        return bool(memory & set(self._limits)) or any(
+            StepBudget.KEYS[k].unit == "bytes" and StepBudget.KEYS[k].limit is not None
+            for s in self.steps.values()
+            for k in s.set()
+        )
+
     def merged_over(self, base: Budget) -> Budget:
         """This budget's keys over ``base``'s: the higher-precedence source wins key by key."""
         steps = dict(base.steps)
