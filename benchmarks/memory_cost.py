@@ -6,7 +6,8 @@ Run on a CUDA machine: ``python benchmarks/memory_cost.py LOOP [--cycles N]``, L
 edges), ``pytorch`` (its training loop, the same) or ``cupy`` (2,000 small elementwise
 operations a round, each allocating its output: CuPy's pool hook called for every one).
 ``memory`` marks at each round's edges, as a window's edges are marked; ``memory+steps``
-also marks a step around each 100 operations (``cupy``) or each round (the others).
+also marks a step's edge every 100 operations (``cupy``) or once a round (the others);
+``each+steps`` the same as under a memory budget (CuPy's allocation hook on).
 Printed: the median over cycles of each block's median round, against ``none``.
 """
 
@@ -41,7 +42,7 @@ def make_round():
 
     return one_round
 """
-CONFIGS = ["none", "memory", "memory+steps"]
+CONFIGS = ["none", "memory", "memory+steps", "each+steps"]
 
 
 def main() -> None:
@@ -62,6 +63,8 @@ def main() -> None:
     for cycle in range(args.cycles):
         for config in CONFIGS if cycle % 2 == 0 else CONFIGS[::-1]:
             tracker = MemoryTracker(Discovery()) if config != "none" else None
+            if tracker is not None and config.startswith("each"):
+                tracker.see_each()  # as under a memory budget: CuPy's hook on
             mark = (lambda t=tracker: t.mark(time.perf_counter_ns())) if tracker is not None else None
             walls = []
             for _ in range(args.rounds + 1):
@@ -69,9 +72,9 @@ def main() -> None:
                 if mark is not None:
                     mark()
                 if args.loop == "cupy":
-                    one_round(mark if config == "memory+steps" else None)
+                    one_round(mark if config.endswith("+steps") else None)
                 else:
-                    if config == "memory+steps" and mark is not None:
+                    if config.endswith("+steps") and mark is not None:
                         mark()
                     one_round()
                 if mark is not None:
