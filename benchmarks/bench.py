@@ -51,18 +51,13 @@ def step_cost(cp, backend, profiler) -> None:
             with profiler.step("s"):
                 pass
 
-    def step_on_stream(n: int) -> None:
-        for _ in range(n):
-            with profiler.step("s", stream=stream):
-                pass
-
     raw_us = per_call_us(raw, 5000)
     row(
         "host cost of gpuprof.step (CUPTI truth)",
         f"{per_call_us(step, 5000):.2f} us/step",
         f"raw event pair {raw_us:.2f} us",
     )
-    profiler._reset()
+    profiler.collector.reset()
     return raw_us
 
 

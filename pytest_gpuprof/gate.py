@@ -1,7 +1,7 @@
 """The regression gate: the baseline a run compares with, and each test's changes.
 
 A change fails its test only when ``--gpu-compare-fail`` names the metric and the
-change is both beyond its threshold and clear over the rounds (``compare.judge``).
+change is both beyond its threshold and clear over the rounds (``verdict.compare.assess``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a run leaves behind: the terminal summary, the JSON report, the HTML page, the
-baseline and the CI step summary, each from the tests' views (``results.TestView``).
+baseline and the CI step summary, each from the tests' views (``output.views.TestView``).
 
 Every file is written whole or not at all (``files``); one that cannot be written is a
 line of the summary and makes the run fail, and the rest are still written.

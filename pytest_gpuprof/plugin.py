@@ -50,9 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_gpuprof.verdict.budget import Budget, StepBudget
+
+    keys = ", ".join(f"{k}=..." for k in Budget.KEYS)
     config.addinivalue_line(
         "markers",
-        "gpu_budget(min_utilization=..., max_overhead_ms=..., max_discrepancy=..., steps={...}): "
+        f"gpu_budget({keys}, steps={{NAME: {{{', '.join(StepBudget.KEYS)}}}}}): "
         "this test's GPU budget, over [tool.gpuprof.budget] and --gpu-budget-file",
     )
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")

@@ -1,8 +1,8 @@
 """The plugin's state for one pytest process, and its per-test hooks.
 
-The session wires the rooms together (docs/design.md, "Module map"): ``runtime`` (the
+The session wires the rooms together (docs/design.md, "Layers"): ``runtime`` (the
 backend, device, sampler and header), ``gate`` (baseline and comparison), ``outputs``
-(summary, files), ``budget.judge`` (the verdict); here only what happens around each
+(summary, files), ``verdict.budget.judge`` (a window's judgement); here only what happens around each
 test: its profiler, its record, its warning or failure, its leak check, its view.
 """
 

@@ -5,11 +5,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.descriptors import comparable
 from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.verdict.budget import Budget
-from pytest_gpuprof.verdict.compare import known_metric, parse_thresholds
+from pytest_gpuprof.verdict.compare import parse_thresholds
 
 MS = 1_000_000
 
@@ -108,7 +109,7 @@ def test_predictions_are_metrics_a_gate_can_read():
     assert m.to_dict()["what_if"] == {
         "overlap:upload": {"wall_ms": pytest.approx(18), "utilization": pytest.approx(16 / 18)}
     }
-    assert known_metric("what_if.overlap:upload.utilization") and not known_metric("what_if.overlap:upload.gbps")
+    assert comparable("what_if.overlap:upload.utilization") and not comparable("what_if.overlap:upload.gbps")
     (threshold,) = parse_thresholds("what_if.overlap:upload.utilization:-2pt")
     assert threshold.metric == "what_if.overlap:upload.utilization" and threshold.unit == "pt"
     rounds = metrics.aggregate([m, m, m])

@@ -1,7 +1,8 @@
 """How figures read: units, which metrics are fractions, and the budget message.
 
-The one place for the sizes (GiB, MiB), the metrics shown as percentages, the default
-comparison thresholds and the text of a breach (docs/design.md, "Budget failure message").
+The one place for the sizes (GiB, MiB), the metrics shown as percentages, the units of a
+breach (each metric's own, from its descriptor) and the text of a budget failure
+(docs/design.md, "Budget failure message").
 """
 
 from __future__ import annotations

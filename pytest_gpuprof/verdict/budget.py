@@ -274,13 +274,8 @@ def _breached(prefix: str, limits: _Limits, figures: Any) -> list[Breach]:
 def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
     """The limits of ``budget`` that ``metrics`` cannot be judged on, each with the reason:
     neither kept nor breached, and said so. A limit of the run's budget on what this
-    window has none of (brackets, copies) does not apply to it (``not_applicable``)."""
+    window has none of (brackets, copies) does not apply to it, and is not listed."""
     return [f"{key} not measured: {why}" for key, why, reported in _unjudged(budget, metrics) if reported]
-
-
-def not_applicable(budget: Budget, metrics: Metrics) -> list[str]:
-    """The keys of the run's budget that this window has nothing to judge by."""
-    return [key for key, _, reported in _unjudged(budget, metrics) if not reported]
 
 
 def _unjudged(budget: Budget, metrics: Metrics) -> list[tuple[str, str, bool]]:

@@ -136,11 +136,6 @@ def regressions(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[
     return [c for c in changes if c.finding == "regression" and c.threshold.text in gates]
 
 
-def known_metric(path: str) -> bool:
-    """Whether ``path`` names a metric a compare expression can gate (``descriptors``)."""
-    return descriptors.comparable(path)
-
-
 # ``kernels:+N%``: every kernel's own time, by name, gated alone
 KERNELS = "kernels"
 # beside what gates, a comparison lists each kernel that changed by more than this
