@@ -134,7 +134,7 @@ class _SpanScope:
             self._stream_id = backend.stream_id(self._stream) if self._stream is not None else None
         recorder.entered[span_id] = self
         if self.kind == "step" and recorder.memory is not None:
-            recorder.memory.mark(self._start)
+            recorder.memory.mark(self._start, step=True)
 
     def __exit__(self, *exc: object) -> None:
         recorder = self._recorder
@@ -145,7 +145,7 @@ class _SpanScope:
             pop_span(self._stack, self._span_id)
         recorder.entered.pop(self._span_id, None)
         if self.kind == "step" and recorder.memory is not None:
-            recorder.memory.mark(end)
+            recorder.memory.mark(end, step=True)
         if threading.get_native_id() != self._thread:
             raise RuntimeError(
                 f"gpuprof {self.kind} {self.name!r} was opened on thread {self._thread} and closed on thread "

@@ -33,6 +33,7 @@ from pytest_gpuprof.capture.stacks import Places
 
 class MemorySource(Protocol):
     name: str
+    cheap: bool  # read at every step's edge (else only at windows' edges, unless memory is gated)
 
     def read(self) -> tuple[int, int, int | None, int | None, int | None]:
         """Held now, the most held since the last read (the allocation that reached it,
@@ -49,6 +50,7 @@ class _Counted:
 
     name = "counted"
     sees_each = True
+    cheap = True
     note: str | None = None
 
     def __init__(self, tick: Callable[[], int], held: int = 0) -> None:
@@ -171,6 +173,10 @@ class CupySource(_Counted):
             self._hook.__exit__(None, None, None)
 
 
+UNSTEPPED = (
+    "the steps' edges were not marked (PyTorch's counters cost about 40 us a read): a step's memory is not "
+    "measured; a memory budget on the test marks them"
+)
 EDGES_ONLY = (
     "CuPy's pool read at the edges of windows and steps only: a peak between two edges is not seen "
     "(a memory budget on the test turns on CuPy's allocation hook, which sees each allocation)"
@@ -182,6 +188,7 @@ class TorchSource:
 
     name = "torch"
     sees_each = False
+    cheap = False
     note = (
         "PyTorch's allocator is read by its counters at each window's and step's edge (their peaks are "
         "reset there): its allocations' places are not seen"
@@ -262,13 +269,17 @@ class MemoryTracker:
         self.sources: list[MemorySource] = []
         self.open_steps = open_steps
         self.marks: list[MemoryMark] = []
+        self._each = False
+        self._skipped: list[int] = []  # the counts of the step edges not marked
 
     def tick(self) -> int:
         return next(self._count)  # atomic under the GIL
 
     def see_each(self) -> None:
-        """See each allocation where a source can, from now on: a memory budget needs the
-        peaks between the edges and the allocations' places (CuPy's hook)."""
+        """See each allocation where a source can, and mark every step's edges, from now on:
+        a memory budget needs the peaks between the edges, per step, and the allocations'
+        places (CuPy's hook)."""
+        self._each = True
         if isinstance(self._discover, Discovery):
             self._discover.each = True
         self.sources = [s.hooked(self.tick) if isinstance(s, CupySource) else s for s in self.sources]
@@ -277,12 +288,17 @@ class MemoryTracker:
     def name(self) -> str:
         return "+".join(s.name for s in self.sources)
 
-    def mark(self, at: int) -> int | None:
+    def mark(self, at: int, *, step: bool = False) -> int | None:
         """A mark at ``at`` (the edge's own stamp): each source read, summed; its count,
-        ``None`` where no source is in use."""
+        ``None`` where no source is in use. A ``step``'s edge is marked only where every
+        source reads cheaply or the test gates memory: PyTorch's counters cost about 40 us a
+        read, which a step inside a window would add to the window's host time."""
         if self._discover is not None:
             self.sources += self._discover(self.tick)
         if not self.sources:
+            return None
+        if step and not self._each and not all(s.cheap for s in self.sources):
+            self._skipped.append(self.tick())
             return None
         readings = [s.read() for s in self.sources]
         held = sum(r[0] for r in readings)
@@ -316,16 +332,20 @@ class MemoryTracker:
         hi = self.tick() if hi is None else hi
         with self._lock:
             marks = tuple(m for m in self.marks if lo <= m.seq <= hi)
+            stepped = not any(lo <= seq <= hi for seq in self._skipped)
         counted = [s for s in self.sources if isinstance(s, _Counted) and s.sees_each]
         allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if counted else None
         notes = [n for n in (jax_note(), *(getattr(s, "note", None) for s in self.sources)) if n]
+        if not stepped:
+            notes.append(UNSTEPPED)
         every = len(counted) == len(self.sources)
-        return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every)
+        return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every, stepped)
 
     def forget(self) -> None:
         """No window open: what was marked is accounted for."""
         with self._lock:
             self.marks.clear()
+            self._skipped.clear()
         for source in self.sources:
             if isinstance(source, _Counted):
                 source.forget()

@@ -32,6 +32,7 @@ def torch_body(torch, gpuprof):
     return body
 
 
+@pytest.mark.gpu_budget(max_memory="100 GiB")  # a memory gate: every step's edges marked
 def test_pytorch_peak_equals_its_allocators_own_rise(gpuprof):
     torch = pytest.importorskip("torch")
     body = torch_body(torch, gpuprof)
@@ -51,6 +52,15 @@ def test_pytorch_peak_equals_its_allocators_own_rise(gpuprof):
     assert m.steps["load"].memory_peak_bytes == 320 * MIB
     assert m.steps["train"].memory_peak_bytes == 576 * MIB
     assert m.memory.peak_step == "train" and m.memory.leaked_bytes == 0
+
+
+def test_pytorch_without_a_memory_gate_marks_only_the_windows_edges(gpuprof):
+    """Reading PyTorch's counters costs tens of microseconds: ungated, a step inside a
+    window is not marked, its memory is "not measured" (None), the window's peak still is."""
+    torch = pytest.importorskip("torch")
+    m = gpuprof.measure(torch_body(torch, gpuprof), rounds=2, warmup=1)
+    assert m.memory is not None and m.memory.peak_bytes == 576 * MIB
+    assert m.steps["load"].memory_peak_bytes is None and "steps' edges were not marked" in m.memory.note
 
 
 @pytest.mark.gpu_budget(max_memory="10 GiB")  # a memory gate: CuPy's hook sees each allocation
