@@ -68,6 +68,8 @@ def main() -> None:
             if tracker is not None and config.startswith("each"):
                 tracker.see_each()  # as under a memory budget: CuPy's hook on
             mark = (lambda t=tracker: t.mark(time.perf_counter_ns())) if tracker is not None else None
+            # a step's edge, as the plugin marks it (PyTorch's counters only under a memory gate)
+            step = (lambda t=tracker: t.mark(time.perf_counter_ns(), step=True)) if tracker is not None else None
             walls, inside = [], []
             for _ in range(args.rounds + 1):
                 start = time.perf_counter_ns()
@@ -75,10 +77,10 @@ def main() -> None:
                     mark()
                 opened = time.perf_counter_ns()
                 if args.loop == "cupy":
-                    one_round(mark if config.endswith("+steps") else None)
+                    one_round(step if config.endswith("+steps") else None)
                 else:
-                    if config.endswith("+steps") and mark is not None:
-                        mark()
+                    if config.endswith("+steps") and step is not None:
+                        step()
                     one_round()
                 closed = time.perf_counter_ns()
                 if mark is not None:
