@@ -87,7 +87,7 @@ def test_cupy_peak_equals_its_pools_used_bytes_peak(gpuprof):
     assert m.memory is not None and "cupy" in m.memory.source
     assert m.memory.peak_bytes == max(seen[-2:])  # the pool's own count, 512-byte blocks
     assert m.memory.peak_step == "load" and m.steps["train"].memory_peak_bytes == seen[-1]
-    assert m.memory.largest and m.memory.largest[0].where.startswith("tests/gpu/test_memory.py:")
+    assert m.memory.largest and m.memory.largest[0].where.startswith("tests/gpu/test_device_memory.py:")
 
 
 STEP_BUDGET = """
