@@ -38,6 +38,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "nvtx": SWITCH,
     "sample": SWITCH,
     "exclusive": ("auto", "off"),
+    "children": SWITCH,
 }
 
 
@@ -107,6 +108,12 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
         help="sample the host's Python stacks to name the code behind unattributed idle (default on)",
     )
     add(
+        "--gpu-children",
+        choices=SWITCH,
+        default=None,
+        help="trace the device work of the Python processes a test starts into its windows (CUPTI only; default on)",
+    )
+    add(
         "--gpu-exclusive",
         choices=("auto", "off"),
         default=None,
@@ -171,6 +178,7 @@ class Settings:
     sample: bool = True
     # a test that uses the device holds it alone among this plugin's processes
     exclusive: bool = True
+    children: bool = True
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -252,6 +260,7 @@ class Settings:
             nvtx=pick("--gpu-nvtx", "nvtx", "on") == "on",
             sample=pick("--gpu-sample", "sample", "on") == "on",
             exclusive=pick("--gpu-exclusive", "exclusive", "auto") == "auto",
+            children=pick("--gpu-children", "children", "on") == "on",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
 

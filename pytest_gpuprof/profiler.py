@@ -25,6 +25,7 @@ from pytest_gpuprof.verdict.budget import Breach, Budget, Verdict, judge, parse_
 from pytest_gpuprof.windows import Sampler, Window, WindowCollector
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.gpm import Gpm
     from pytest_gpuprof.capture.stacks import StackSampler
 
@@ -64,6 +65,7 @@ class Profiler:
         gpm: Gpm | None = None,
         owner: str = "this test",
         stacks: StackSampler | None = None,
+        children: ChildWatch | None = None,
     ) -> None:
         self.backend = backend
         self.budget = budget or Budget()
@@ -80,6 +82,9 @@ class Profiler:
         self.collector = WindowCollector(
             backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
         )
+        self.collector.children = children
+        if children is not None:
+            children.tell()  # the processes the test starts record their device work for it
         # what gpuprof.check() judged, passing or failing, with the metrics it judged and
         # the exception it raised (to tell, when the call ends, whether the test caught it)
         self.verdicts: list[Checked] = []
@@ -112,6 +117,8 @@ class Profiler:
             self.collector.stacks.disarm()
         if self.spans.memory is not None:
             self.spans.memory.close()
+        if self.collector.children is not None:
+            self.collector.children.close()
         self._ended = True
 
     def _alive(self, what: str) -> None:

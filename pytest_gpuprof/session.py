@@ -29,6 +29,7 @@ from pytest_gpuprof.verdict.outcome import Check, split_expected
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.windows import Window
@@ -134,11 +135,21 @@ class GpuSession:
             gpm=self.runtime.gpm,
             owner=owner,
             stacks=self.runtime.stacks,
+            children=self._child_watch(),
         )
         gated = any(t.metric.startswith("memory.") or t.metric.endswith(".memory_peak_bytes") for t in s.compare_fail)
         if gated and profiler.spans.memory is not None:
             profiler.spans.memory.see_each()  # a gate on memory needs its peaks between edges
         return profiler
+
+    def _child_watch(self) -> ChildWatch | None:
+        """Where the test's children write their device work (``--gpu-children``, CUPTI only:
+        they record it the same way)."""
+        if not self.settings.children or self.backend.truth != "cupti":
+            return None
+        from pytest_gpuprof.capture.children import ChildWatch
+
+        return ChildWatch()
 
     def budget_of(self, item: pytest.Item) -> Budget:
         """The test's budget as its ``gpu_budget`` markers read now, over the run's: read

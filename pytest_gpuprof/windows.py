@@ -9,6 +9,7 @@ including the device work they launched.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,9 @@ from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.model import KINDS, Sample, Span
 from pytest_gpuprof.analysis.nvtx import as_steps
+from pytest_gpuprof.analysis.processes import ProcessFigures
+from pytest_gpuprof.analysis.processes import figures as process_figures
+from pytest_gpuprof.analysis.processes import note as process_note
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.output.text import human_bytes
@@ -30,6 +34,7 @@ from pytest_gpuprof.spans import SpanRecorder
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.gpm import Gpm
     from pytest_gpuprof.capture.stacks import StackSampler
 
@@ -82,6 +87,7 @@ class WindowCollector:
         self.pinned_gbps = pinned_gbps
         self.gpm = gpm  # NVML GPM, sampled at each window's edges
         self.stacks = stacks  # the host's Python stacks, sampled while the test runs
+        self.children: ChildWatch | None = None  # the processes the test starts (``capture.children``)
         # the thread that measures: it issues device work even where it opened no step
         self.thread = threading.get_native_id()
         self.windows: list[Window] = []
@@ -304,6 +310,9 @@ class WindowCollector:
             rows = every.rows
             device = every.where((rows["end"] > start) & (rows["start"] < end))
             notes = (*self._notes, *(extra or ()))
+        device, processes = self._with_children(device, start, end)
+        said = process_note(processes)
+        notes = (*notes, *([said] if said else []))
         return Timeline(
             start,
             end,
@@ -318,7 +327,26 @@ class WindowCollector:
             None if self.stacks is None else tuple(self.stacks.samples(start, end)),
             self.thread,
             self.spans.memory.log(*(marks or ())) if self.spans.memory is not None else None,
+            processes=processes,
         )
+
+    def _with_children(self, device: DeviceWork, start: int, end: int) -> tuple[DeviceWork, tuple[ProcessFigures, ...]]:
+        """The window's device work with its children's, and each process's figures (none
+        where the test started no child)."""
+        records = self.children.collect() if self.children is not None else []
+        kept = []
+        for r in records:
+            rows = r.work.rows if r.work is not None else None
+            inside = rows is not None and bool(((rows["end"] > start) & (rows["start"] < end)).any())
+            if inside or (r.started is not None and start <= r.started <= end):
+                kept.append(r)
+        if not kept:
+            return device, ()
+        window = (start, end)
+        own = process_figures(os.getpid(), "this test's process", None, device, window)
+        theirs = [process_figures(r.pid, r.command, r.rank, r.work, window, r.why) for r in kept]
+        parts = [r.work.where((r.work.rows["end"] > start) & (r.work.rows["start"] < end)) for r in kept if r.work]
+        return DeviceWork.join([device, *parts]), (own, *theirs)
 
     def _steps_at(self, end: int) -> list[Span]:
         return [*self.spans.steps, *self.spans.open_at(end)]

@@ -24,6 +24,7 @@ _NOT_METRICS = {"truth", "steps", "nvml", "rounds", "notes", "unseen", "what_if"
 _NOT_METRICS |= {"kernel_totals"}  # by kernel: a table (descriptor scope "kernel")
 _NOT_METRICS |= {"idle_by_code"}  # places with their ms: a list that explains unattributed_ms
 _NOT_METRICS |= {"memory", "memory_unseen"}  # device memory: its own scope ("memory")
+_NOT_METRICS |= {"processes"}  # per process: a table
 
 
 @pytest.mark.parametrize(

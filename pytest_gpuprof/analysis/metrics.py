@@ -22,6 +22,7 @@ from pytest_gpuprof.analysis import memory as memory_mod
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.memory import MemoryMetrics
 from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
+from pytest_gpuprof.analysis.processes import ProcessFigures
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
 from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.step_metrics import StepMetrics, declared_against_copied, step_metrics
@@ -82,6 +83,8 @@ class Metrics:
     # device memory over the window (``analysis.memory``); why it is None
     memory: MemoryMetrics | None = None
     memory_unseen: str | None = None
+    # the processes whose device work the window holds, the test's own first (``processes``)
+    processes: tuple[ProcessFigures, ...] = ()
 
     def flat(self) -> dict[str, float]:
         """Every comparable numeric metric under its public path (``steps.upload.idle_ms``...)."""
@@ -137,12 +140,13 @@ class Metrics:
             ),
             **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
             **({"memory_unseen": self.memory_unseen} if self.memory_unseen else {}),
+            **({"processes": [p.to_dict() for p in self.processes]} if self.processes else {}),
         }
 
 
 def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) -> Metrics:
-    """All metrics of one window, device memory included (``analysis.memory``)."""
-    return _with_memory(timeline, _compute(timeline, pinned_gbps))
+    """All metrics of one window, device memory and the processes included."""
+    return replace(_with_memory(timeline, _compute(timeline, pinned_gbps)), processes=timeline.processes)
 
 
 def _with_memory(timeline: Timeline, m: Metrics) -> Metrics:

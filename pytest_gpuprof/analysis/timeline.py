@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, MemoryLog, Sample, Span, Truth
 from pytest_gpuprof.analysis.occupancy import SmLimits
+from pytest_gpuprof.analysis.processes import ProcessFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,8 @@ class Timeline:
     # device memory marks at the window's and its steps' edges (``None``: no allocator read)
     memory: MemoryLog | None = None
     memory_unseen: str | None = None
+    # the processes whose device work ``device`` holds, the test's own first (none: only its own)
+    processes: tuple[ProcessFigures, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", _work(self.device))

@@ -1,0 +1,189 @@
+"""GPU work in the Python processes a test starts: ``subprocess`` children, ``spawn`` and
+``forkserver`` workers, ``torchrun`` ranks.
+
+While a test runs, its children are told (``ENV``, a folder) to record their own device
+work with CUPTI and write it there when they exit; ``PYTHONPATH`` leads them to this
+package's ``_bootstrap/sitecustomize.py``, which does nothing unless ``ENV`` is set (as
+coverage.py's start-up hook does), and then runs any ``sitecustomize`` of their own. Each
+child writes ``PID.json`` as it starts (its command, ``RANK``, or why CUPTI refused it)
+and, as it exits (``atexit``, or ``SIGTERM`` as a pool's ``terminate()`` sends it),
+``PID.npz``: its kernels, copies and memsets in the host's monotonic clock, which every
+process on the host shares (CUPTI's timestamps are paired with it in each process, as the
+test's own are: the error is that pairing's, under a microsecond).
+
+The test reads them at the end of each window (``ChildWatch.collect``): a child that
+started and left no records was killed or crashed (its records are lost, and the window
+says so) or still runs (its work is read when it exits, in a later window). A child started
+with an environment of its own (``env=`` without ``os.environ``), or by ``fork``, or a
+native binary, is not traced.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV = "PYTEST_GPUPROF_CHILDREN"
+BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "_bootstrap")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """What one child left: its pid, command, rank, and its device work (``None``: lost,
+    not traced, or still running; ``why`` says which)."""
+
+    pid: int
+    command: str
+    rank: int | None
+    work: Any  # DeviceWork | None
+    why: str | None = None
+    started: int | None = None  # the host's monotonic clock, ns
+
+
+class ChildWatch:
+    """The parent's side, for one test: the folder its children write to, the environment
+    that tells them, and what they left."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="gpuprof-children-"))
+        self._saved: dict[str, str | None] | None = None
+
+    @contextlib.contextmanager
+    def told(self) -> Iterator[None]:
+        """The test's children are traced while this is open."""
+        self.tell()
+        try:
+            yield
+        finally:
+            self.untell()
+
+    def tell(self) -> None:
+        if self._saved is not None:
+            return
+        self._saved = {key: os.environ.get(key) for key in (ENV, "PYTHONPATH")}
+        os.environ[ENV] = str(self.folder)
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = BOOTSTRAP + (os.pathsep + path if path else "")
+
+    def untell(self) -> None:
+        if self._saved is None:
+            return
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved = None
+
+    def collect(self) -> list[ChildRecord]:
+        """Every child that started since the test began, with what it left."""
+        import numpy as np
+
+        from pytest_gpuprof.analysis.device_work import DeviceWork
+
+        out = []
+        for meta_path in sorted(self.folder.glob("*.json"), key=lambda p: int(p.stem)):
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue  # being written: read at the next window
+            pid = int(meta_path.stem)
+            command, rank, started = str(meta.get("command", "?")), meta.get("rank"), meta.get("started")
+            refused = meta.get("refused")
+            records = self.folder / f"{pid}.npz"
+            why = None
+            work = None
+            if refused:
+                why = f"not traced: {refused}"
+            elif records.exists():
+                with np.load(records, allow_pickle=False) as data:
+                    work = DeviceWork(data["rows"], [str(n) for n in data["names"]])
+            elif _alive(pid):
+                why = "still running: its device work is read when it exits"
+            else:
+                why = "killed or crashed before writing its records: lost"
+            out.append(ChildRecord(pid, command, rank, work, why, started))
+        return out
+
+    def close(self) -> None:
+        self.untell()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped) is not running
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+# the child's side
+
+
+def start_in_child(folder: str) -> None:
+    """Record this process's device work, and write it to ``folder`` as it exits."""
+    from pytest_gpuprof.capture import cupti_trace
+
+    pid = os.getpid()
+    argv = getattr(sys, "orig_argv", [sys.executable.rsplit("/", 1)[-1], *sys.argv])
+    meta: dict[str, Any] = {"command": " ".join(argv)[:300], "started": time.perf_counter_ns()}
+    if os.environ.get("RANK", "").isdigit():
+        meta["rank"] = int(os.environ["RANK"])
+    capture, status = cupti_trace.start(nvtx=False)
+    if capture is None:
+        meta["refused"] = status
+    _write(Path(folder) / f"{pid}.json", json.dumps(meta).encode())
+    if capture is None:
+        return
+    written = False
+
+    def finish() -> None:
+        nonlocal written
+        if written or os.getpid() != pid:  # once; and not in a forked copy of this process
+            return
+        written = True
+        import numpy as np
+
+        work, _ = capture.drain()
+        rows = work.rows.copy()
+        rows["stream"] = (pid << 32) | (rows["stream"] & 0xFFFFFFFF)  # streams of its own
+        rows["span_id"], rows["thread"], rows["issued"] = -1, 0, 0  # no step of the test's issued them
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as out:
+            np.savez(out, rows=rows, names=np.array(work.names, dtype=str))
+        os.replace(out.name, Path(folder) / f"{pid}.npz")
+
+    atexit.register(finish)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        finish()
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with contextlib.suppress(ValueError):  # not the main thread: atexit only
+        signal.signal(signal.SIGTERM, on_term)
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

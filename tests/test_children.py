@@ -1,0 +1,126 @@
+"""The processes a test starts: their records read into the test's windows (written here as
+a child writes them), lost ones said, never 0; and the start-up hook that a child runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval
+from pytest_gpuprof.analysis.processes import ProcessFigures, note
+from pytest_gpuprof.capture import children
+from pytest_gpuprof.capture.children import BOOTSTRAP, ENV, ChildWatch
+
+MS = 1_000_000
+
+
+def write_child(folder, pid, intervals, *, started=0, rank=None, records=True, refused=None):
+    meta = {"command": f"python train.py --pid {pid}", "started": started}
+    if rank is not None:
+        meta["rank"] = rank
+    if refused:
+        meta["refused"] = refused
+    (folder / f"{pid}.json").write_text(json.dumps(meta))
+    if records and not refused:
+        work = DeviceWork.of(intervals)
+        np.savez(folder / f"{pid}.npz", rows=work.rows, names=np.array(work.names, dtype=str))
+
+
+def dead_pid():
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.profiler import Profiler
+
+    watch = ChildWatch()
+    try:
+        profiler = Profiler(HostBackend(), children=watch)
+        with profiler.window("w") as done:
+            start = profiler.backend.clock.now()
+            a, b = dead_pid(), dead_pid()
+            write_child(watch.folder, a, [DeviceInterval("kernel", start + 1 * MS, start + 3 * MS)], rank=0)
+            write_child(watch.folder, b, [DeviceInterval("memcpy", start, start + 1 * MS, bytes=8)], rank=1)
+            lost = dead_pid()
+            write_child(watch.folder, lost, [], started=start + 1, records=False)
+            time.sleep(0.01)  # the host backend's real clock: the window outlasts the child's work
+        m = done[0].metrics
+        own, first, second, gone = m.processes
+        assert own.pid == os.getpid() and first.rank == 0 and second.rank == 1
+        assert first.kernel_ms == 2.0 and second.copy_ms == 1.0 and first.copy_ms == 0.0
+        assert gone.kernel_ms is None and "lost" in gone.why  # never 0 for work not seen
+        assert m.kernel_ms >= 2.0  # the child's kernels are the window's
+        assert any(n.startswith("3 of 4 processes traced;") and f"pid {lost}" in n for n in m.notes)
+        assert [p["pid"] for p in m.to_dict()["processes"]] == [os.getpid(), a, b, lost]
+        profiler.end()
+    finally:
+        watch.close()
+    assert not watch.folder.exists()
+
+
+def test_a_child_from_an_earlier_window_is_not_listed_again(tmp_path):
+    watch = ChildWatch()
+    write_child(watch.folder, dead_pid(), [DeviceInterval("kernel", 0, MS)], started=0)
+    records = watch.collect()
+    assert len(records) == 1 and records[0].work is not None
+    watch.close()
+
+
+def test_the_note_counts_the_processes_traced():
+    seen = ProcessFigures(1, "a", None, 1.0, 0.0)
+    refused = ProcessFigures(2, "b", None, None, None, "not traced: CUPTI refused: in use")
+    assert note((seen,)) is None
+    assert note((seen, refused)) == "1 of 2 processes traced; pid 2 (b): not traced: CUPTI refused: in use"
+
+
+def test_telling_sets_the_childrens_environment_and_restores_the_parents(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/mine")
+    watch = ChildWatch()
+    with watch.told():
+        assert os.environ[ENV] == str(watch.folder)
+        assert os.environ["PYTHONPATH"] == BOOTSTRAP + os.pathsep + "/mine"
+    assert ENV not in os.environ and os.environ["PYTHONPATH"] == "/mine"
+    watch.close()
+
+
+def test_the_start_up_hook_records_a_child_and_runs_the_childs_own_sitecustomize(tmp_path):
+    """A Python child started with the test's environment runs the hook: with no CUPTI here
+    it says why it is not traced; its own sitecustomize still runs after ours."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    folder = tmp_path / "records"
+    folder.mkdir()
+    root = str(Path(children.__file__).parents[2])  # where pytest_gpuprof is found
+    env = {**os.environ, ENV: str(folder), "PYTHONPATH": os.pathsep.join([BOOTSTRAP, str(own), root])}
+    code = "import os, sys; print(os.environ.get('OWN_SITECUSTOMIZE'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "ran"
+    (meta,) = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    assert "-c" in meta["command"]
+    assert meta.get("refused") or (folder / f"{next(folder.glob('*.json')).stem}.npz").exists()
+
+
+def test_a_pytest_child_is_left_to_its_own_plugin(tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    env = {**os.environ, ENV: str(folder), "PYTHONPATH": BOOTSTRAP + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-m", "pytest", "--version"], env=env, capture_output=True, check=True)
+    assert list(folder.iterdir()) == []
+
+
+def test_metrics_without_children_list_no_processes():
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    m = metrics.compute(Timeline(0, MS, "host"))
+    assert m.processes == () and "processes" not in m.to_dict()
