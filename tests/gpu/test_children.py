@@ -1,0 +1,96 @@
+"""GPU work in the processes a test starts, on a real GPU: a PyTorch script run as a
+``subprocess``, a ``spawn`` pool of two workers, a child killed with SIGKILL. Skipped without
+PyTorch or without CUPTI (children are traced the way the test itself is)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SCRIPT = """
+import torch
+x = torch.ones(8192, 8192, device="cuda")
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(20):
+    y = x @ x
+end.record()
+torch.cuda.synchronize()
+print(f"EVENTS_MS={start.elapsed_time(end):.3f}")
+"""
+
+
+@pytest.fixture
+def traced(gpuprof):
+    if gpuprof.backend.truth != "cupti":
+        pytest.skip("children are traced with CUPTI, as the test is")
+    pytest.importorskip("torch")
+    return gpuprof
+
+
+def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out: list[str] = []
+
+    def run() -> None:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+        out.append(done.stdout)
+
+    m = traced.measure(run, rounds=1, warmup=0)
+    events = float(out[-1].split("EVENTS_MS=")[1])
+    own, child = m.processes
+    print(f"\nsubprocess: {m.processes}; events {events:.3f} ms; window kernel_ms {m.kernel_ms:.3f}, notes {m.notes}")
+    assert child.command.endswith("train.py") and child.kernel_ms is not None
+    assert child.kernel_ms == pytest.approx(events, rel=0.02)  # its 20 matmuls, and the fill before them
+    assert m.kernel_ms >= child.kernel_ms and m.utilization > 0
+
+
+def _matmuls(n: int) -> float:
+    import torch
+
+    x = torch.ones(4096, 4096, device="cuda")
+    for _ in range(n):
+        x = (x @ x).clamp_(max=1.0)
+    torch.cuda.synchronize()
+    return float(x[0, 0])
+
+
+def test_a_spawn_pool_of_two_workers_is_one_window(traced):
+    def run() -> None:
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            pool.map(_matmuls, [40, 40])
+
+    m = traced.measure(run, rounds=1, warmup=0)
+    workers = [p for p in m.processes[1:] if p.kernel_ms]
+    print(f"\nspawn pool: {m.processes}; window kernel_ms {m.kernel_ms:.3f}")
+    assert len(workers) == 2  # both workers' records, written as the pool terminated them
+    assert m.kernel_ms >= max(p.kernel_ms for p in workers)
+
+
+def test_a_child_killed_mid_window_is_said_to_be_lost(traced, tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(
+        SCRIPT.replace('print(f"EVENTS_MS', 'print("READY", flush=True)\nimport time; time.sleep(60)\nprint(f"')
+    )
+
+    def run() -> None:
+        child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline().strip() == "READY"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+    started = time.perf_counter()
+    m = traced.measure(run, rounds=1, warmup=0)
+    (child,) = m.processes[1:]
+    print(f"\nkilled: {child}; notes {m.notes}; {time.perf_counter() - started:.1f} s")
+    assert child.kernel_ms is None and "lost" in (child.why or "")
+    assert any("of 2 processes traced" in n and f"pid {child.pid}" in n for n in m.notes)
