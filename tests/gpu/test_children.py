@@ -48,6 +48,7 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     m = traced.measure(run, rounds=1, warmup=0)
     events = float(out[-1].split("EVENTS_MS=")[1])
     own, child = m.processes
+    assert own.pid == __import__("os").getpid()  # the test's own process first
     print(f"\nsubprocess: {m.processes}; events {events:.3f} ms; window kernel_ms {m.kernel_ms:.3f}, notes {m.notes}")
     assert child.command.endswith("train.py") and child.kernel_ms is not None
     assert child.kernel_ms == pytest.approx(events, rel=0.02)  # its 20 matmuls, and the fill before them
