@@ -17,6 +17,7 @@ pytestmark = pytest.mark.gpu
 SCRIPT = """
 import torch
 x = torch.ones(8192, 8192, device="cuda")
+y = x @ x  # cuBLAS starts here, its set-up before the kernel: outside the events below
 torch.cuda.synchronize()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 start.record()
@@ -51,7 +52,8 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     assert own.pid == __import__("os").getpid()  # the test's own process first
     print(f"\nsubprocess: {m.processes}; events {events:.3f} ms; window kernel_ms {m.kernel_ms:.3f}, notes {m.notes}")
     assert child.command.endswith("train.py") and child.kernel_ms is not None
-    assert child.kernel_ms == pytest.approx(events, rel=0.02)  # its 20 matmuls, and the fill before them
+    # its 20 timed matmuls, the warm-up one like them, and the fill before (tens of microseconds)
+    assert child.kernel_ms == pytest.approx(events * 21 / 20, rel=0.02)
     assert m.kernel_ms >= child.kernel_ms and m.utilization > 0
 
 
