@@ -124,3 +124,20 @@ def test_metrics_without_children_list_no_processes():
 
     m = metrics.compute(Timeline(0, MS, "host"))
     assert m.processes == () and "processes" not in m.to_dict()
+
+
+def test_the_message_lists_each_process():
+    from pytest_gpuprof.analysis.timeline import Timeline
+    from pytest_gpuprof.output.text import explain
+
+    processes = (
+        ProcessFigures(1, "this test's process", None, 0.0, 0.0),
+        ProcessFigures(2, "python train.py", 0, 12.5, 1.0),
+        ProcessFigures(3, "python eval.py", None, None, None, "killed or crashed before writing its records: lost"),
+    )
+    m = metrics.compute(Timeline(0, MS, "host", processes=processes))
+    (line,) = [line for line in explain(m) if line.startswith("processes: ")]
+    assert line == (
+        "processes: pid 1 (this test's process): kernels 0.0 ms, copies 0.0 ms; "
+        "pid 2 (python train.py, rank 0): kernels 12.5 ms, copies 1.0 ms; pid 3 (python eval.py): not seen"
+    )

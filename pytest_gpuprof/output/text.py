@@ -142,6 +142,19 @@ def explain(metrics: Metrics) -> list[str]:
                 for name, p in metrics.what_if.items()
             )
         )
+    if metrics.processes:
+        lines.append(
+            "processes: "
+            + "; ".join(
+                f"pid {p.pid} ({p.command[:40]}{f', rank {p.rank}' if p.rank is not None else ''}): "
+                + (
+                    f"kernels {p.kernel_ms:.1f} ms, copies {p.copy_ms or 0.0:.1f} ms"
+                    if p.kernel_ms is not None
+                    else "not seen"
+                )
+                for p in metrics.processes
+            )
+        )
     # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
     lines += [f"note: {note}" for note in metrics.notes]
     return lines
