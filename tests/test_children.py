@@ -43,9 +43,9 @@ def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.profiler import Profiler
 
-    watch = ChildWatch()
+    watch, backend = ChildWatch(), HostBackend()
     try:
-        profiler = Profiler(HostBackend(), children=watch)
+        profiler = Profiler(backend, children=watch)
         with profiler.window("w") as done:
             start = profiler.backend.clock.now()
             a, b = dead_pid(), dead_pid()
@@ -65,6 +65,7 @@ def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
         profiler.end()
     finally:
         watch.close()
+        backend.close()  # its device threads: none outlives its test
     assert not watch.folder.exists()
 
 
