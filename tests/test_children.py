@@ -112,11 +112,16 @@ def test_the_start_up_hook_records_a_child_and_runs_the_childs_own_sitecustomize
     assert meta.get("refused") or (folder / f"{next(folder.glob('*.json')).stem}.npz").exists()
 
 
-def test_a_pytest_child_is_left_to_its_own_plugin(tmp_path):
+def test_a_pytest_child_is_left_to_its_own_plugin_and_so_are_its_workers(tmp_path):
+    """A pytest run started by a test is not its child to trace, nor are the processes that
+    run starts (its xdist workers): the variable is gone from its environment."""
     folder = tmp_path / "records"
     folder.mkdir()
+    (tmp_path / "test_inner.py").write_text(f"import os\ndef test_env():\n    assert {ENV!r} not in os.environ\n")
     env = {**os.environ, ENV: str(folder), "PYTHONPATH": BOOTSTRAP + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    subprocess.run([sys.executable, "-m", "pytest", "--version"], env=env, capture_output=True, check=True)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", str(tmp_path / "test_inner.py")]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:]
     assert list(folder.iterdir()) == []
 
 

@@ -19,7 +19,12 @@ def _pytest() -> bool:
 
 def _trace() -> None:
     folder = os.environ.get("PYTEST_GPUPROF_CHILDREN")
-    if not folder or _pytest():
+    if not folder:
+        return
+    if _pytest():
+        # its plugin traces its own tests' children; its xdist workers (started as
+        # ``python -c``) must not take CUPTI from it as the outer test's children
+        del os.environ["PYTEST_GPUPROF_CHILDREN"]
         return
     try:
         from pytest_gpuprof.capture.children import start_in_child
