@@ -1,5 +1,5 @@
 """GPU work in the Python processes a test starts: ``subprocess`` children, ``spawn`` and
-``forkserver`` workers, ``torchrun`` ranks.
+``forkserver`` workers (``torchrun``'s ranks are such processes; not yet tried on a GPU).
 
 While a test runs, its children are told (``ENV``, a folder) to record their own device
 work with CUPTI and write it there when they exit; ``PYTHONPATH`` leads them to this
