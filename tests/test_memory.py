@@ -409,3 +409,33 @@ def test_dear_counters_mark_no_step_edge_until_memory_is_gated_and_then_every_on
         assert window.steps["train"].memory_peak_bytes == (0 if gated else None)  # never 0 for "not seen"
         assert ("steps' edges were not marked" in (window.memory.note or "")) != gated
         tracker.forget()
+
+
+GROWING = """
+import os
+
+def test_step(gpuprof, gpu_workload):
+    size = int(os.environ["SIZE"])
+    def body():
+        with gpuprof.step("train"):
+            activations = gpu_workload.alloc(size)
+            del activations
+    gpuprof.measure(body, rounds=5, warmup=0)
+"""
+
+
+@pytest.mark.parametrize("path", ["memory.peak_bytes", "steps.train.memory_peak_bytes"])
+def test_a_memory_gate_fails_a_pull_request_that_raises_the_peak(pytester, monkeypatch, path):
+    """A 20% larger peak against the stored baseline: a regression that fails the test; the
+    same peak passes. Deterministic: the host backend's pool counts every byte."""
+    pytester.makepyfile(GROWING)
+    monkeypatch.setenv("SIZE", str(10 * MIB))
+    pytester.runpytest("--gpu-save=main").assert_outcomes(passed=1)
+    gate = (f"--gpu-compare-fail={path}:+10%", "--gpu-compare=main", "--gpu-report=r.json")
+    pytester.runpytest(*gate).assert_outcomes(passed=1)
+    monkeypatch.setenv("SIZE", str(12 * MIB))
+    result = pytester.runpytest(*gate)
+    result.assert_outcomes(failed=1)
+    (test,) = json.loads((pytester.path / "r.json").read_text())["tests"]
+    assert test["verdict"] == f"FAIL: regression {path}"
+    result.stdout.fnmatch_lines([f"*{path}: baseline 10,485,760 B -> 12,582,912 B (+2,097,152 B, +20.0%*regression*"])

@@ -222,6 +222,9 @@ class Change:
 def _formatter(metric: str) -> Callable[..., str]:
     if is_fraction(metric):
         return lambda v, signed=False: f"{100 * v:+.2f}pt" if signed else f"{100 * v:.2f}%"
+    described = descriptors.lookup(metric)
+    if described is not None and described.unit == "bytes":  # whole bytes, with thousands apart
+        return lambda v, signed=False: f"{v:+,.0f} B" if signed else f"{v:,.0f} B"
     return lambda v, signed=False: f"{v:+.3f}" if signed else f"{v:.3f}"
 
 
