@@ -197,7 +197,7 @@ def test_train(gpuprof, gpu_workload, big):
 
 def test_a_step_over_its_memory_fails_naming_the_step_and_the_line(pytester):
     pytester.makepyfile(test_steps=STEPS)
-    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json", "--gpu-html=r.html")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(
         [
@@ -213,6 +213,13 @@ def test_a_step_over_its_memory_fails_naming_the_step_and_the_line(pytester):
     assert failed["memory"]["peak_step"] == "alloc" and failed["steps"]["train"]["memory_peak_bytes"] == held
     assert failed["steps"]["load"]["memory_peak_bytes"] == 1 << 20
     assert tests["966367641]"]["verdict"] == "ok"
+    # the page reads the breach and the memory as the message does
+    page = (pytester.path / "r.html").read_text()
+    for text in (
+        "steps.train.memory_peak_bytes 1.50 GiB (1,611,661,312 B) > 1.00 GiB (1,073,741,824 B)",
+        "live at the peak: 1.50 GiB at test_steps.py:7 body",
+    ):
+        assert json.dumps(text)[1:-1].replace(">", "\\u003e") in page  # as the page embeds its data
 
 
 @pytest.mark.parametrize(

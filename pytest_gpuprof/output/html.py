@@ -12,18 +12,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_gpuprof.analysis import descriptors as d
 from pytest_gpuprof.analysis.lanes import aggregate, build
 from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.report import GpuRecord
-from pytest_gpuprof.output.text import explain
+from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
 
 MAX_ITEMS = 1500
-
-
-# the page's figures that are fractions (shown as percentages): the window's and NVML's
-_FRACTIONS = [p for p in (*d.names("window"), *(f"nvml.{n}" for n in d.names("nvml"))) if d.is_fraction(p)]
 
 
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
@@ -33,9 +28,10 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         "outcome": record.outcome,
         "xfail": record.xfail,
         "verdict": record.status,
-        "breaches": [b.to_dict() for b in record.breaches],
+        # each breach with the text the message gives it (its metric's own unit)
+        "breaches": [{**b.to_dict(), "text": describe_breach(b)} for b in record.breaches],
         "limits": record.budget.limits(),
-        "explain": explain(m),
+        "explain": [*explain(m), *explain_memory(m, record.breaches)],
         "metrics": {
             "wall_ms": m.wall_ms,
             "kernel_ms": m.kernel_ms,
@@ -101,7 +97,7 @@ def _predicted_lanes(m: Metrics, timeline: Timeline) -> list[dict[str, Any]]:
 
 def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
     """The page, from each test's ``page_data``."""
-    payload = {"machine": machine, "tests": list(tests), "fractions": _FRACTIONS}
+    payload = {"machine": machine, "tests": list(tests)}
     # JSON inside <script> must not be able to close it or open a comment: no raw <, >, &.
     embedded = (
         json.dumps(payload, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -235,11 +231,7 @@ function select(i) {
   const t = DATA.tests[i];
   const d = document.getElementById("detail");
   d.replaceChildren(el("h2", {}, t.id));
-  const fraction = k => DATA.fractions.includes(k);
-  const shown = (k, v) => typeof v !== "number" ? String(v) : fraction(k) ? pct(v) : v.toFixed(2);
-  for (const b of t.breaches)
-    d.append(el("div", {class: "breach-line"}, b.detail ? `breach of ${b.key}: ${b.detail}` :
-      `breach of ${b.key}: ${b.metric} ${shown(b.metric, b.value)}, limit ${shown(b.metric, b.limit)}`));
+  for (const b of t.breaches) d.append(el("div", {class: "breach-line"}, `breach of ${b.key}: ${b.text}`));
   d.append(el("pre", {}, t.explain.join("\n")));
   if (t.lanes.length) {
     const tools = el("div", {id: "tools"});

@@ -53,10 +53,11 @@ def describe_breach(b: Breach) -> str:
     return f"{b.metric} {shown}{unit} {sign} {limit}{unit} ({b.key})"
 
 
-def explain_memory(metrics: Metrics) -> list[str]:
-    """Where the device memory went: the peak, its step, what was live then, the leaks."""
+def explain_memory(metrics: Metrics, breaches: Sequence[Breach]) -> list[str]:
+    """Where the device memory went, where ``breaches`` hold one on memory: the peak, its
+    step, what was live then, the leaks."""
     m = metrics.memory
-    if m is None:
+    if m is None or not any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches):
         return []
     step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
     reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
@@ -190,8 +191,7 @@ def failure_message(
     a hypothesis example, with the buffers it moved)."""
     head = lead + "; ".join(describe_breach(b) for b in breaches)
     lines = [f"{head}  [truth: {metrics.truth}]", *explain(metrics)]
-    if any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches):
-        lines += explain_memory(metrics)
+    lines += explain_memory(metrics, breaches)
     if window is not None:
         label, index, count = window
         lines.append(f"(window '{label}', {index + 1} of {count})")
