@@ -42,6 +42,9 @@ def test_alignment_and_bounds_hold_for_every_draw():
 
 
 GIB = 1 << 30
+# find's own default: with settings' 100 examples, a size at or above 3 GiB of 4 was drawn in
+# only about 9 searches of 10 (3 of 30 seeds found none), a red CI run in ten
+SEARCH = settings(max_examples=2000, database=None)
 
 
 @pytest.mark.parametrize(
@@ -51,13 +54,13 @@ GIB = 1 << 30
 def test_shrinking_reaches_any_threshold_exactly(threshold):
     """The smallest size at or above the threshold, at, beside, between and far from powers
     of two: edges never stop the shrink."""
-    found = find(buffer_sizes(KIB, 4 * GIB), lambda n: n >= threshold, settings=settings(database=None))
+    found = find(buffer_sizes(KIB, 4 * GIB), lambda n: n >= threshold, settings=SEARCH)
     assert found == threshold
 
 
 @pytest.mark.parametrize("threshold", [24_000_001, 64 * MIB + 1, 3 * GIB + 1])
 def test_shrinking_with_alignment_reaches_the_first_aligned_size(threshold):
-    found = find(buffer_sizes(KIB, 4 * GIB, align=256), lambda n: n >= threshold, settings=settings(database=None))
+    found = find(buffer_sizes(KIB, 4 * GIB, align=256), lambda n: n >= threshold, settings=SEARCH)
     assert found == -(-threshold // 256) * 256
 
 
