@@ -388,7 +388,7 @@ def main() -> None:
     if wanted("plugin"):
         unused_plugin_cost()
     backend = CudaBackend(0, cupti=True)
-    backend.begin()
+    backend.source.begin()
     profiler = Profiler(backend)
     device = GpuDevice(backend, backend.info())
     workload = GpuWorkload(profiler, device, rounds=1, warmup=0)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
 from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
@@ -195,7 +196,10 @@ def _main(argv: Sequence[str] | None) -> int:
         "mark the change points: a level shift beyond the noise of the runs around it (the runs on each "
         "side separated, the shift over 3x their spread), never a single outlier",
     )
-    p_history.add_argument("--storage", type=Path, default=Path(".gpuprof"), help="baseline folder (default .gpuprof)")
+    storage = BY_FLAG["--gpu-storage"]
+    p_history.add_argument(
+        "--storage", type=Path, default=Path(storage.default), help=storage.help + storage.shown_default()
+    )
     p_history.add_argument("--machine", default=None, help="machine id (needed where several are stored)")
     p_history.add_argument("--test", default="*", metavar="PATTERN", help="test ids to show (fnmatch), default all")
     p_history.add_argument(

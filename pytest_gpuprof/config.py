@@ -11,11 +11,11 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_gpuprof.options import BY_FLAG, DEFAULT, TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
@@ -26,115 +26,11 @@ if TYPE_CHECKING:
     from pytest_gpuprof.verdict.compare import Threshold
 
 BackendChoice = Literal["auto", "cuda", "host"]
-BACKENDS: tuple[BackendChoice, ...] = ("auto", "cuda", "host")
 HostClock = Literal["real", "virtual"]
-HOST_CLOCKS: tuple[HostClock, ...] = ("real", "virtual")
-# choices, by key of [tool.gpuprof]
-Switch = Literal["on", "off"]
-SWITCH: tuple[Switch, ...] = ("on", "off")
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "backend": BACKENDS,
-    "host_clock": HOST_CLOCKS,
-    "nvtx": SWITCH,
-    "sample": SWITCH,
-    "exclusive": ("auto", "off"),
-    "children": SWITCH,
-}
-
-
-def _options() -> list[tuple[str, dict[str, Any]]]:
-    """Every command-line option: its flag and its argparse settings."""
-    options: list[tuple[str, dict[str, Any]]] = []
-
-    def add(flag: str, **kwargs: Any) -> None:
-        options.append((flag, kwargs))
-
-    add("--gpu-budget", action="store_true", help="enforce GPU budgets: a breach fails the test")
-    add(
-        "--gpu-budget-file",
-        default=None,
-        metavar="FILE",
-        help="a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
-    )
-    add("--gpu-backend", choices=BACKENDS, default=None, help="auto (default), cuda or host")
-    add(
-        "--gpu-host-clock",
-        choices=HOST_CLOCKS,
-        default=None,
-        help="host backend: real time (default), or virtual time in which kernels and copies take exactly "
-        "what they ask and host code takes none (deterministic tests)",
-    )
-    add("--gpu-device", type=int, default=None, metavar="N", help="CUDA device index")
-    add(
-        "--gpu-devices",
-        default=None,
-        metavar="all|N,M,...",
-        help="under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
-    )
-    add("--gpu-rounds", type=int, default=None, metavar="N", help="measured rounds of gpuprof.measure")
-    add("--gpu-warmup", type=int, default=None, metavar="N", help="unmeasured warm-up rounds")
-    add("--gpu-report", default=None, metavar="PATH", help="write the JSON report (schema 1) here")
-    add("--gpu-trace", default=None, metavar="DIR", help="one Chrome-trace/Perfetto JSON per test")
-    add("--gpu-html", default=None, metavar="PATH", help="one self-contained HTML report with timelines")
-    add("--gpu-save", default=None, metavar="NAME", help="store this run as a baseline NNNN_NAME")
-    add(
-        "--gpu-compare",
-        default=None,
-        metavar="latest|NAME|PATH",
-        help="compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
-    )
-    add(
-        "--gpu-compare-fail",
-        action="append",
-        default=None,
-        metavar="EXPR[,EXPR...]",
-        help="fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%%",
-    )
-    add("--gpu-compare-any-machine", action="store_true", help="compare with a baseline of another machine id")
-    add("--gpu-storage", default=".gpuprof", metavar="DIR", help="baseline folder (default .gpuprof)")
-    add("--gpu-no-cupti", action="store_true", help="do not use CUPTI; truth falls back to CUDA events")
-    add("--gpu-no-nvml", action="store_true", help="do not sample NVML")
-    add("--gpu-nvml-interval", type=float, default=None, metavar="MS", help="NVML poll interval (default 20 ms)")
-    add(
-        "--gpu-nvtx",
-        choices=SWITCH,
-        default=None,
-        help="NVTX ranges of every thread as steps (CUPTI only; default on)",
-    )
-    add(
-        "--gpu-sample",
-        choices=SWITCH,
-        default=None,
-        help="sample the host's Python stacks to name the code behind unattributed idle (default on)",
-    )
-    add(
-        "--gpu-children",
-        choices=SWITCH,
-        default=None,
-        help="trace the device work of the Python processes a test starts into its windows (CUPTI only; default on)",
-    )
-    add(
-        "--gpu-exclusive",
-        choices=("auto", "off"),
-        default=None,
-        help="auto (default): a test that uses the GPU holds it alone among this plugin's processes "
-        "(xdist workers, other pytest runs on the host); its wait is waited_ms, outside its windows",
-    )
-    add(
-        "--gpu-summary",
-        default="20",
-        metavar="N|all",
-        help="rows of the terminal table: breaches and failures first, then the largest kernel-idle; "
-        "the rest counted in one line (default 20)",
-    )
-    return options
-
-
-OPTIONS = _options()
-
-
-def _default(kwargs: Mapping[str, Any]) -> Any:
-    return kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
+# the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
+_CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
+_FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
+OPTIONS = [(o.flag, o.argparse()) for o in TABLE]
 
 
 class ConfigError(check.Invalid):
@@ -143,12 +39,12 @@ class ConfigError(check.Invalid):
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    backend: BackendChoice = "auto"
+    backend: BackendChoice = DEFAULT["--gpu-backend"]
     # the host backend's time: real, or virtual for tests that must not depend on load
-    host_clock: HostClock = "real"
-    device: int = 0
-    rounds: int = 5
-    warmup: int = 1
+    host_clock: HostClock = DEFAULT["--gpu-host-clock"]
+    device: int = DEFAULT["--gpu-device"]
+    rounds: int = DEFAULT["--gpu-rounds"]
+    warmup: int = DEFAULT["--gpu-warmup"]
     # --gpu-rounds given on the command line: the least rounds of every measure(), whatever
     # it asks for (docs/design.md, "Rounds")
     rounds_floor: int | None = None
@@ -157,7 +53,7 @@ class Settings:
     report: Path | None = None
     cupti: bool = True
     nvml: bool = True
-    nvml_interval_ms: float = 20.0
+    nvml_interval_ms: float = DEFAULT["--gpu-nvml-interval"]
     pyproject: Path | None = None
     devices: tuple[int, ...] | str | None = None
     trace: Path | None = None
@@ -168,11 +64,11 @@ class Settings:
     compare_fail: tuple[Threshold, ...] = ()
     compare_given: bool = False  # --gpu-compare itself, not implied by --gpu-compare-fail
     compare_any_machine: bool = False
-    storage: Path = Path(".gpuprof")
+    storage: Path = Path(DEFAULT["--gpu-storage"])
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
     configured: bool = False
     # rows of the terminal table (None: all)
-    summary_rows: int | None = 20
+    summary_rows: int | None = int(DEFAULT["--gpu-summary"])
     # NVTX ranges as steps (CUPTI); sampled host stacks for idle_by_code
     nvtx: bool = True
     sample: bool = True
@@ -190,15 +86,17 @@ class Settings:
         budget = file_budget
         if opt("--gpu-budget-file") is not None:
             budget = read_budget_file(Path(opt("--gpu-budget-file"))).merged_over(file_budget)
-        for option, key in (("--gpu-rounds", "rounds"), ("--gpu-warmup", "warmup"), ("--gpu-device", "device")):
-            if opt(option) is not None:
-                check_number(key, opt(option), option)
-        if opt("--gpu-nvml-interval") is not None:
-            check_number("nvml_interval", opt("--gpu-nvml-interval"), "--gpu-nvml-interval")
+        for o in TABLE:
+            if o.number is not None and o.key is not None and opt(o.flag) is not None:
+                check_number(o.key, opt(o.flag), o.flag)
 
-        def pick(option: str, key: str, default: Any) -> Any:
-            value = opt(option)
-            return value if value is not None else file_settings.get(key, default)
+        def pick(flag: str) -> Any:
+            """The command line's value, else the file's, else the table's default."""
+            o = BY_FLAG[flag]
+            value = opt(flag)
+            if value is None and o.key is not None:
+                value = file_settings.get(o.key)
+            return o.default if value is None else value
 
         def output(option: str, *, folder: bool = False) -> Path | None:
             value = opt(option)
@@ -223,29 +121,29 @@ class Settings:
                 check_name(save)
             except BaselineError as e:
                 raise ConfigError(str(e)) from None
-        storage = Path(opt("--gpu-storage"))
+        storage = Path(pick("--gpu-storage"))
         if save is not None:
             check_output("--gpu-storage", storage, folder=True)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         compare = opt("--gpu-compare")
-        summary_rows = _summary_rows(opt("--gpu-summary"))
+        summary_rows = _summary_rows(pick("--gpu-summary"))
         # the host clock alone starts nothing: it says how to run once something starts
-        given = any(opt(flag) != _default(kwargs) for flag, kwargs in OPTIONS if flag != "--gpu-host-clock")
+        given = any(opt(o.flag) not in (None, False) for o in TABLE if o.flag != "--gpu-host-clock")
         return cls(
-            backend=pick("--gpu-backend", "backend", "auto"),
-            host_clock=pick("--gpu-host-clock", "host_clock", "real"),
-            device=pick("--gpu-device", "device", 0),
-            rounds=pick("--gpu-rounds", "rounds", 5),
+            backend=pick("--gpu-backend"),
+            host_clock=pick("--gpu-host-clock"),
+            device=pick("--gpu-device"),
+            rounds=pick("--gpu-rounds"),
             rounds_floor=opt("--gpu-rounds"),
-            warmup=pick("--gpu-warmup", "warmup", 1),
+            warmup=pick("--gpu-warmup"),
             enforce=opt("--gpu-budget"),
             budget=budget,
             report=output("--gpu-report"),
             cupti=not opt("--gpu-no-cupti"),
             nvml=not opt("--gpu-no-nvml"),
-            nvml_interval_ms=float(pick("--gpu-nvml-interval", "nvml_interval", 20.0)),
+            nvml_interval_ms=float(pick("--gpu-nvml-interval")),
             pyproject=pyproject,
             devices=_devices(opt("--gpu-devices")),
             trace=output("--gpu-trace", folder=True),
@@ -257,20 +155,12 @@ class Settings:
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
             summary_rows=summary_rows,
-            nvtx=pick("--gpu-nvtx", "nvtx", "on") == "on",
-            sample=pick("--gpu-sample", "sample", "on") == "on",
-            exclusive=pick("--gpu-exclusive", "exclusive", "auto") == "auto",
-            children=pick("--gpu-children", "children", "on") == "on",
+            nvtx=pick("--gpu-nvtx") == "on",
+            sample=pick("--gpu-sample") == "on",
+            exclusive=pick("--gpu-exclusive") == "auto",
+            children=pick("--gpu-children") == "on",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
-
-
-_FILE_KEYS = {
-    "rounds": Number(1, 10_000, whole=True),
-    "warmup": Number(0, 10_000, whole=True),
-    "device": Number(0, 1_024, whole=True),
-    "nvml_interval": Number(1, 60_000),
-}
 
 
 def check_number(key: str, value: Any, source: str) -> None:

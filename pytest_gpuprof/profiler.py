@@ -19,6 +19,7 @@ from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.options import DEFAULT
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.spans import SpanRecorder, _SpanScope
 from pytest_gpuprof.verdict.budget import Breach, Budget, Verdict, judge, parse_budget
@@ -56,8 +57,8 @@ class Profiler:
         backend: Backend,
         *,
         budget: Budget | None = None,
-        rounds: int = 5,
-        warmup: int = 1,
+        rounds: int = DEFAULT["--gpu-rounds"],
+        warmup: int = DEFAULT["--gpu-warmup"],
         rounds_floor: int | None = None,
         sampler: Sampler | None = None,
         enforce: bool = False,
@@ -93,7 +94,7 @@ class Profiler:
         self.leaks: list[str] = []
         self._examples = confirm.Examples(backend, self.leaks)
         self._ended = False
-        backend.begin()
+        backend.source.begin()
         if stacks is not None:
             stacks.arm()
 

@@ -169,7 +169,11 @@ class DeviceRuntime:
 
     @property
     def truth(self) -> str:
-        return self._backend.truth if self._backend is not None else ("host" if self.backend_name == "host" else "?")
+        return (
+            self._backend.source.kind.name
+            if self._backend is not None
+            else ("host" if self.backend_name == "host" else "?")
+        )
 
     @cached_property
     def device(self) -> GpuDevice:
@@ -241,7 +245,7 @@ class DeviceRuntime:
                 f"driver {info.driver}, PCIe {info.pcie}"
             )
             lines.append(
-                f"gpuprof: truth {self.backend.truth}; CUPTI {self.backend.cupti_status()}; NVML {self.nvml_status()}; "
+                f"gpuprof: truth {self.backend.source.kind.name}; CUPTI {self.backend.source.status()}; NVML {self.nvml_status()}; "
                 f"GPM {self._gpm[1]}"
             )
         else:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.analysis.model import GIB
+from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.config import Settings
 from pytest_gpuprof.gate import Gate
 from pytest_gpuprof.output.text import failure_message
@@ -145,7 +146,7 @@ class GpuSession:
     def _child_watch(self) -> ChildWatch | None:
         """Where the test's children write their device work (``--gpu-children``, CUPTI only:
         they record it the same way)."""
-        if not self.settings.children or self.backend.truth != "cupti":
+        if not self.settings.children or self.backend.source.kind != CUPTI:
             return None
         from pytest_gpuprof.capture.children import ChildWatch
 
@@ -307,10 +308,11 @@ class GpuSession:
             try:
                 if nodeid not in self.results and outcome != "interrupted":
                     self.record(nodeid, profiler)
-                self.backend.drain()
+                self.backend.source.drain()
             finally:
                 profiler.end()
-        gc.collect()
+        if self.backend.memory_in_use() > profiler.memory_before:
+            gc.collect()  # only then: buffers in a reference cycle (a full collection costs tens of ms)
         held = self.backend.memory_in_use() - profiler.memory_before
         passed = outcome == "passed"
         leaks = list(profiler.leaks) if passed else []
@@ -472,7 +474,7 @@ class SessionHooks:
                         result = yield
                 finally:
                     try:
-                        session.backend.drain()  # the call's device work is in its window, or lost with it
+                        session.backend.source.drain()  # the call's device work is in its window, or lost with it
                         if done:
                             profiler.record(done[0])
                     finally:

@@ -130,8 +130,8 @@ class _SpanScope:
         # work the step issues is then between its marks, however long they take.
         self._start = self._now()
         if self.kind == "step":
-            self._token = backend.open_span(span_id, self._stream, copy=self._bytes is not None)
-            self._stream_id = backend.stream_id(self._stream) if self._stream is not None else None
+            self._token = backend.source.open_span(span_id, self._stream, copy=self._bytes is not None)
+            self._stream_id = backend.source.stream_id(self._stream) if self._stream is not None else None
         recorder.entered[span_id] = self
         if self.kind == "step" and recorder.memory is not None:
             recorder.memory.mark(self._start, step=True)
@@ -139,7 +139,7 @@ class _SpanScope:
     def __exit__(self, *exc: object) -> None:
         recorder = self._recorder
         if self._token is not None:
-            recorder.backend.close_span(self._token)
+            recorder.backend.source.close_span(self._token)
         end = self._now()
         if self.kind == "step":
             pop_span(self._stack, self._span_id)

@@ -262,8 +262,8 @@ class WindowCollector:
         return window.metrics
 
     def collect(self) -> None:
-        device, notes = self.backend.drain()
-        finished, still_open = self.backend.ranges()
+        device, notes = self.backend.source.drain()
+        finished, still_open = self.backend.source.ranges()
         with self._lock:
             self._ranges.extend(finished)
             self._open_ranges = still_open
@@ -316,13 +316,13 @@ class WindowCollector:
         return Timeline(
             start,
             end,
-            self.backend.truth,
+            self.backend.source.kind.name,
             steps,
             regions,
             device,
             tuple(self.sampler.samples(start, end)) if self.sampler is not None else (),
             notes,
-            self.backend.sm_limits(),
+            self.backend.source.sm_limits(),
             gpm,
             None if self.stacks is None else tuple(self.stacks.samples(start, end)),
             self.thread,

@@ -24,13 +24,13 @@ def backend():
 
 def test_stream_wait_orders_work_across_streams(backend):
     copy_stream, compute_stream = backend.stream(), backend.stream()
-    backend.begin()
+    backend.source.begin()
     buffer = backend.upload(8 * MIB, stream=copy_stream)
     uploaded = backend.record(copy_stream)
     backend.wait(compute_stream, uploaded)
     backend.compute(1.0, stream=compute_stream)
     backend.synchronize()
-    intervals, _ = backend.drain()
+    intervals, _ = backend.source.drain()
     (copy,) = [i for i in intervals if i.kind == "memcpy"]
     (kernel,) = [i for i in intervals if i.kind == "kernel"]
     assert kernel.start >= copy.end
@@ -40,20 +40,20 @@ def test_stream_wait_orders_work_across_streams(backend):
 
 
 def test_work_on_one_stream_runs_in_order(backend):
-    backend.begin()
+    backend.source.begin()
     for kind in ("fft", "matmul", "fft"):
         backend.compute(0.5, kind=kind)
     backend.upload(MIB)
     backend.synchronize()
-    intervals, _ = backend.drain()
+    intervals, _ = backend.source.drain()
     assert [i.kind for i in intervals] == ["kernel", "kernel", "kernel", "memcpy"]
     assert all(a.end <= b.start for a, b in itertools.pairwise(intervals))
 
 
 def test_pageable_upload_blocks_the_host_for_the_copy(backend):
-    backend.begin()
+    backend.source.begin()
     backend.upload(4 * MIB, pinned=False)
-    intervals, _ = backend.drain()  # no synchronize: the copy is already done
+    intervals, _ = backend.source.drain()  # no synchronize: the copy is already done
     (copy,) = intervals
     assert copy.pageable
 
@@ -269,8 +269,8 @@ def test_measure_reads_the_device_records_once_after_its_last_round(backend, mon
     between the warm-up and the first round."""
     profiler = Profiler(backend, budget=Budget())
     drained = []
-    drain = backend.drain
-    monkeypatch.setattr(backend, "drain", lambda: drained.append(backend.clock.now()) or drain())
+    drain = backend.source.drain
+    monkeypatch.setattr(backend.source, "drain", lambda: drained.append(backend.clock.now()) or drain())
     edges = []
 
     def body():

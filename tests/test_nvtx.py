@@ -90,7 +90,7 @@ def test_a_range_from_before_the_test_does_not_stretch_its_window(monkeypatch):
         backend.clock.spend(50 * MS)
         earlier = Span("epoch", me, 0, 10 * MS, span_id=RANGE_IDS + 1)  # a test before this one
         session_long = Span("session", me, 5 * MS, 5 * MS, span_id=RANGE_IDS + 2)  # still open
-        monkeypatch.setattr(backend, "ranges", lambda: ([earlier], [session_long]))
+        monkeypatch.setattr(backend.source, "ranges", lambda: ([earlier], [session_long]))
         profiler = Profiler(backend)
         backend.clock.spend(10 * MS)
         with profiler.step("compute"):

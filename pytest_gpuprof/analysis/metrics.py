@@ -24,6 +24,7 @@ from pytest_gpuprof.analysis.memory import MemoryMetrics
 from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
 from pytest_gpuprof.analysis.processes import ProcessFigures
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
+from pytest_gpuprof.analysis.sources import kind_of
 from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.step_metrics import StepMetrics, declared_against_copied, step_metrics
 from pytest_gpuprof.analysis.timeline import Timeline
@@ -167,7 +168,8 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
     if timeline.regions:
         bracketed = iv.covered_length(((r.start, r.end) for r in timeline.regions), window)
         reported = _ratio(bracketed, wall)
-    if timeline.truth == "events" and not timeline.device:
+    source = kind_of(timeline.truth)
+    if not source.sees_kernels and not timeline.device:
         return _unseen(timeline, wall, reported)
     if wall <= 0:
         return _unseen(timeline, wall, None, EMPTY_WINDOW)
@@ -189,7 +191,7 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
     traced = launch_bound_note(timeline.truth, launched, wall)
     apart = attribution.stepless_note(timeline.steps, device, ids, window)
     interleaved = attribution.interleaved_note(timeline.steps)
-    reason = sm_metrics.unseen(kernel_work, timeline.sm, _NO_SMS[timeline.truth])
+    reason = sm_metrics.unseen(kernel_work, timeline.sm, source.no_sms)
     sm_utilization = None
     if reason is None and timeline.sm is not None:
         sm_utilization = min(utilization, _ratio(sm_metrics.sm_weighted_ns(kernel_work, timeline.sm, window), wall))
@@ -204,7 +206,7 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
     return Metrics(
         wall_ms=wall / NS_PER_MS,
         kernel_ms=kernel_ns / NS_PER_MS,
-        copy_ms=copy_ns / NS_PER_MS,
+        copy_ms=copy_ns / NS_PER_MS if source.sees_copies else None,  # not seen, never 0
         busy_ms=busy_ns / NS_PER_MS,
         utilization=utilization,
         busy_utilization=_ratio(busy_ns, wall),
@@ -262,23 +264,17 @@ LAUNCH_BOUND_KERNELS = 1_000
 
 
 def launch_bound_note(truth: Truth, kernels: int, wall_ns: int) -> str | None:
-    """A note for a window so launch-bound under CUPTI that tracing slows it down."""
-    if truth != "cupti" or kernels < LAUNCH_BOUND_KERNELS or wall_ns >= kernels * LAUNCH_BOUND_US * 1_000:
+    """A note for a window so launch-bound under a tracing source that tracing slows it down."""
+    cost = kind_of(truth).launch_cost
+    if cost is None or kernels < LAUNCH_BOUND_KERNELS or wall_ns >= kernels * LAUNCH_BOUND_US * 1_000:
         return None
     return (
-        f"{kernels:,} kernels, one every {wall_ns / kernels / 1_000:.1f} us: CUPTI's tracing adds about 2 us "
-        "to each launch (2.0-2.6 us on an H200), so a window this launch-bound runs slower traced; "
-        "--gpu-no-cupti gives its untraced wall time"
+        f"{kernels:,} kernels, one every {wall_ns / kernels / 1_000:.1f} us: {cost}, so a window this "
+        "launch-bound runs slower traced; --gpu-no-cupti gives its untraced wall time"
     )
 
 
-# why a window's SM use is not measured, by truth source (where no SM limits are known)
 NO_ALLOCATOR = "no allocator this plugin reads (PyTorch's, CuPy's, the host backend's) was in use in this process"
-_NO_SMS = {
-    "host": "the host backend runs on a CPU, which has no SMs",
-    "events": "CUDA events do not see kernels, only the span between a step's edges",
-    "cupti": "the device's SM limits are not known",
-}
 
 
 def _transfers(seen: whatif.Window, moves: dict[int, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -364,7 +360,7 @@ def _unseen(timeline: Timeline, wall: int, reported: float | None, why: str = UN
         nvml=nvml_metrics(timeline.samples, (timeline.start, timeline.end)),
         notes=(*timeline.notes, f"utilization not measured: {why}"),
         unseen=why,
-        sm_unseen=_NO_SMS["events"],
+        sm_unseen=kind_of(timeline.truth).no_sms,
     )
 
 

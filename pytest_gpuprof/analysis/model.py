@@ -15,7 +15,7 @@ RECORDS_LOST = "records lost: "
 NS_PER_MS = 1_000_000
 GIB = 1 << 30  # binary units, as GPU memory is counted
 MIB = 1 << 20
-Truth = Literal["cupti", "events", "host"]
+Truth = str  # the name of the capture source that measured a window (analysis.sources)
 DeviceKind = Literal["kernel", "memcpy", "memset"]
 KINDS: tuple[DeviceKind, ...] = ("kernel", "memcpy", "memset")  # a ``DeviceWork`` row's kind is an index here
 

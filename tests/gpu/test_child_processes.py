@@ -31,7 +31,7 @@ print(f"EVENTS_MS={start.elapsed_time(end):.3f}")
 
 @pytest.fixture
 def traced(gpuprof):
-    if gpuprof.backend.truth != "cupti":
+    if gpuprof.backend.source.kind.name != "cupti":
         pytest.skip("children are traced with CUPTI, as the test is")
     pytest.importorskip("torch")
     return gpuprof

@@ -15,7 +15,7 @@ MIB = 1 << 20
 
 def test_backend_is_cuda_with_cupti_and_nvml(gpuprof, gpu_device):
     assert gpuprof.backend.name == "cuda"
-    assert gpuprof.backend.truth == "cupti", gpuprof.backend.cupti_status()
+    assert gpuprof.backend.source.kind.name == "cupti", gpuprof.backend.source.status()
     assert gpu_device.memory_bytes > 0 and gpu_device.name
     print(f"\n{gpu_device!r}: h2d {gpu_device.h2d_gbps:.1f} GB/s, d2h {gpu_device.d2h_gbps:.1f} GB/s")
     assert gpu_device.h2d_gbps > 1 and gpu_device.d2h_gbps > 1
@@ -177,7 +177,7 @@ def test_events_fallback_reports_events_truth(gpu_device):
         backend.close()
     print(f"\nevents truth: utilization {m.utilization:.3f}, notes {m.notes}")
     assert m.truth == "events"
-    assert backend.cupti_status() == "off (--gpu-no-cupti)"
+    assert backend.source.status() == "off (--gpu-no-cupti)"
     assert 0.35 <= m.utilization <= 0.60
     assert any("events" in note for note in m.notes)
 

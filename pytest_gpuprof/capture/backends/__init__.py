@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pytest_gpuprof.analysis import sources as kinds
+from pytest_gpuprof.capture import sources
 from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
 
 __all__ = ["Backend", "DeviceInfo", "create", "cuda_device_count", "select"]
@@ -34,11 +36,43 @@ def cuda_device_count() -> int:
 
 
 def create(name: str, device: int, *, cupti: bool, clock: str = "real", nvtx: bool = True) -> Backend:
+    """The backend, with the capture source that reads it (``capture.sources.attach``)."""
+    backend: Backend
     if name == "cuda":
         from pytest_gpuprof.capture.backends.cuda import CudaBackend
 
-        return CudaBackend(device, cupti=cupti, nvtx=nvtx)
-    from pytest_gpuprof.capture import clock as clocks
-    from pytest_gpuprof.capture.backends.host import HostBackend
+        backend = CudaBackend(device, cupti=cupti, nvtx=nvtx)
+    else:
+        from pytest_gpuprof.capture import clock as clocks
+        from pytest_gpuprof.capture.backends.host import HostBackend
 
-    return HostBackend(clocks.make(clock))
+        backend = HostBackend(clocks.make(clock))
+    try:
+        backend.source = sources.attach(backend)
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
+def _host_stamps(backend: Backend) -> sources.TraceSource | None:
+    if backend.name != "host":
+        return None
+    from pytest_gpuprof.capture.backends.host import HostBackend, HostStamps
+
+    assert isinstance(backend, HostBackend)
+    return HostStamps(backend)
+
+
+def _cuda_itself(backend: Backend) -> sources.TraceSource | None:
+    if backend.name != "cuda":
+        return None
+    from pytest_gpuprof.capture.backends.cuda import CudaBackend
+
+    assert isinstance(backend, CudaBackend)
+    return backend
+
+
+# the built-in sources, first: a source registered later (by a plugin, a conftest) wins
+sources.register(kinds.HOST, _host_stamps)
+sources.register(kinds.CUPTI, _cuda_itself)

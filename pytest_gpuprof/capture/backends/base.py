@@ -1,15 +1,13 @@
 """What a backend is: the device operations the workloads are written against, and what
-the device is (``DeviceInfo``)."""
+the device is (``DeviceInfo``). What the device did is a capture source's (``capture.sources``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import Span, Truth
-from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.clock import Clock
+from pytest_gpuprof.capture.sources import TraceSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,27 +30,19 @@ class DeviceInfo:
 
 
 class Backend(Protocol):
-    """The device operations the workloads are written against."""
+    """The device operations the workloads are written against; what the device did is its
+    ``source``'s to say (``capture.sources``)."""
 
     @property
     def name(self) -> Literal["cuda", "host"]: ...
 
-    @property
-    def truth(self) -> Truth: ...
-
     default_stream: Any
     # the time of every stamp, and the locks, events and threads that wait on it
     clock: Clock
+    # what says what the device did (``capture.sources.attach`` picks it when the backend starts)
+    source: TraceSource
 
     def info(self) -> DeviceInfo: ...
-
-    def cupti_status(self) -> str:
-        """'live', or 'off (why)'."""
-        ...
-
-    def sm_limits(self) -> SmLimits | None:
-        """The device's SMs, where it has them and its intervals carry kernel geometry."""
-        ...
 
     def stream(self) -> Any:
         """A new stream; work on one stream runs in submission order."""
@@ -102,32 +92,8 @@ class Backend(Protocol):
         """Bytes held by live buffers of this backend's pool."""
         ...
 
-    def begin(self) -> None:
-        """Start keeping device intervals (a test or window starts)."""
-        ...
-
-    def drain(self) -> tuple[DeviceWork, list[str]]:
-        """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
-        ...
-
-    def ranges(self) -> tuple[list[Span], list[Span]]:
-        """The NVTX ranges that ended since the last call (as steps at depth 0), and those
-        open now (ending where they started); none where the backend sees no NVTX."""
-        ...
-
-    def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
-        """A host step starts: tag the device work it launches; returns a token.
-
-        ``copy``: the step moves bytes (where only its edges are seen, its device time
-        counts as a copy, not as kernels)."""
-        ...
-
-    def close_span(self, token: Any) -> None: ...
-
-    def stream_id(self, stream: Any) -> int | None:
-        """The id that this backend's device intervals give ``stream``."""
-        ...
-
     def close_stream(self, stream: Any) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop the device work and the source (the source first)."""
+        ...

@@ -7,6 +7,9 @@ calling thread's work goes to (PyTorch's or CuPy's current stream): a step's dev
 is then the time between its two events, which cannot tell kernels from waits or see
 work on other non-blocking streams. A window whose events saw nothing reports its device
 figures as not measured, never as 0.
+
+The backend reads both itself (it is its own ``TraceSource``, the built-in source
+registered for it in ``backends``): CUPTI's hooks and the events need its streams.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Span, Truth
+from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.capture.clock import Clock, RealClock
+from pytest_gpuprof.capture.sources import TraceSource
 
 
 def unavailable(device: int) -> str | None:
@@ -58,9 +63,10 @@ class _EdgeEvents:
 _MARK = object()
 
 
-class CudaBackend:
+class CudaBackend(TraceSource):
     name: Literal["cuda"] = "cuda"
     clock: Clock = RealClock()
+    source: TraceSource
 
     def __init__(self, device: int, *, cupti: bool = True, nvtx: bool = True) -> None:
         import cupy
@@ -81,16 +87,14 @@ class CudaBackend:
         self._sm: SmLimits | None = None
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
+        self.source = self  # until ``capture.sources.attach`` picks (a registered source may win)
         if cupti:
             from pytest_gpuprof.capture import cupti_trace as cupti_capture
 
             self._cupti, self._cupti_reason = cupti_capture.start(nvtx=nvtx)
             if self._cupti is not None:
                 self._cupti_reason += f"; {self._cupti.nvtx}"
-
-    @property
-    def truth(self) -> Truth:
-        return "cupti" if self._cupti is not None else "events"
+        self.kind = kinds.CUPTI if self._cupti is not None else kinds.EVENTS
 
     def sm_limits(self) -> SmLimits | None:
         """The SMs of this device, where CUPTI records each kernel's geometry."""
@@ -109,7 +113,7 @@ class CudaBackend:
             )
         return self._sm
 
-    def cupti_status(self) -> str:
+    def status(self) -> str:
         return self._cupti_reason  # "live (how records are read)" or "off (why)"
 
     def info(self) -> DeviceInfo:
@@ -325,6 +329,8 @@ class CudaBackend:
 
     def close(self) -> None:
         try:
+            if getattr(self, "source", self) is not self:
+                self.source.close()
             self.synchronize()
         finally:
             if self._cupti is not None:

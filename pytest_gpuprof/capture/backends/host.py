@@ -20,10 +20,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Span, Truth
+from pytest_gpuprof.analysis.model import DeviceInterval
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.clock import Clock, RealClock
+from pytest_gpuprof.capture.sources import TraceSource
 from pytest_gpuprof.capture.span_stack import current_span_id
 
 # A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
@@ -131,20 +133,50 @@ class _Pool:
             self._free.clear()
 
 
+class HostStamps(TraceSource):
+    """The host backend's own source: each interval as the thread that ran it stamped it."""
+
+    kind = kinds.HOST
+
+    def __init__(self, backend: HostBackend) -> None:
+        self._lock = threading.Lock()
+        self._intervals: list[DeviceInterval] = []
+        backend.on_interval = self._add
+
+    def _add(self, interval: DeviceInterval) -> None:
+        with self._lock:
+            self._intervals.append(interval)
+
+    def begin(self) -> None:
+        with self._lock:
+            self._intervals = []
+
+    def drain(self) -> tuple[DeviceWork, list[str]]:
+        with self._lock:
+            out, self._intervals = self._intervals, []
+        return DeviceWork.of(out), []
+
+    def stream_id(self, stream: HostStream) -> int:
+        return stream.index  # every interval is tagged with its stream and launching step as submitted
+
+
 class HostBackend:
     name: Literal["host"] = "host"
-    truth: Truth = "host"
+    source: TraceSource
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock if clock is not None else RealClock()
         self.clock.attach()  # the thread that drives the backend
         self._lock = threading.Lock()
-        self._intervals: list[DeviceInterval] = []
+        # the record stream: each interval as it ends, to the source that reads it
+        self.on_interval: Callable[[DeviceInterval], None] | None = None
         self._streams: list[HostStream] = []
         self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
         self.pool = _Pool()
         self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
+        # its own stamps, until ``capture.sources.attach`` picks (a registered source may win)
+        self.source = HostStamps(self)
 
     def info(self) -> DeviceInfo:
         pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
@@ -158,27 +190,12 @@ class HostBackend:
             driver=f"numpy {np.__version__}",
         )
 
-    def cupti_status(self) -> str:
-        return "off (host backend)"
-
-    def sm_limits(self) -> None:
-        return None  # a CPU has no SMs: sm_utilization is not measured here
-
     # streams and events
     def stream(self) -> HostStream:
         with self._lock:
             s = HostStream(len(self._streams), self.clock)
             self._streams.append(s)
         return s
-
-    def open_span(self, span_id: int, stream: HostStream | None, *, copy: bool = False) -> None:
-        return None  # every interval is tagged with its launching step as it is submitted
-
-    def close_span(self, token: None) -> None:
-        return None
-
-    def stream_id(self, stream: HostStream) -> int:
-        return stream.index
 
     def close_stream(self, stream: HostStream) -> None:
         self.synchronize(stream)
@@ -317,23 +334,13 @@ class HostBackend:
         target.submit(kernel)
 
     def _stamp(self, interval: DeviceInterval) -> None:
-        with self._lock:
-            self._intervals.append(interval)
-
-    # capture
-    def begin(self) -> None:
-        with self._lock:
-            self._intervals = []
-
-    def ranges(self) -> tuple[list[Span], list[Span]]:
-        return [], []  # NVTX is CUDA's
-
-    def drain(self) -> tuple[DeviceWork, list[str]]:
-        with self._lock:
-            out, self._intervals = self._intervals, []
-        return DeviceWork.of(out), []
+        if (take := self.on_interval) is not None:
+            take(interval)
 
     def close(self) -> None:
+        if (source := getattr(self, "source", None)) is not None:
+            source.close()
+        self.on_interval = None
         for s in list(self._streams):
             s.close()
         self._streams.clear()

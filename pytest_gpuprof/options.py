@@ -1,0 +1,167 @@
+"""Every setting once: its flag, its ``[tool.gpuprof]`` key, its kind, default, range and help.
+
+The pytest options, the keys ``[tool.gpuprof]`` accepts and how each is checked, the
+defaults ``Settings`` starts from, the CLI's shared flags and the options table of the
+README (``tests/test_options.py`` holds it equal to this one) all come from ``TABLE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpuprof.verdict.validate import Number
+
+SWITCH = ("on", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    flag: str
+    help: str
+    # the key of [tool.gpuprof] that sets it too, where one does
+    key: str | None = None
+    # what a run gets where neither the command line nor the file says (None: nothing)
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    # a numeric setting: its type and range
+    number: Number | None = None
+    metavar: str | None = None
+    # a flag without a value; given several times, the values add up
+    switch: bool = False
+    repeat: bool = False
+
+    def argparse(self) -> dict[str, Any]:
+        """Its ``addoption`` keywords. Values default to None (False for a switch): the
+        file's value, or the table's default, is taken where the command line gave none."""
+        if self.switch:
+            return {"action": "store_true", "help": self.help.replace("%", "%%")}
+        # argparse formats help with %: a literal one is %%
+        kwargs: dict[str, Any] = {"default": None, "help": (self.help + self.shown_default()).replace("%", "%%")}
+        if self.choices:
+            kwargs["choices"] = self.choices
+        elif self.number is not None:
+            kwargs["type"] = int if self.number.whole else float
+        if self.metavar:
+            kwargs["metavar"] = self.metavar
+        if self.repeat:
+            kwargs["action"] = "append"
+        return kwargs
+
+    def shown_default(self) -> str:
+        return "" if self.default is None else f" (default {self.default})"
+
+
+def _table() -> tuple[Option, ...]:
+    o = Option
+    return (
+        o("--gpu-budget", "enforce GPU budgets: a breach fails the test", switch=True),
+        o(
+            "--gpu-budget-file",
+            "a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
+            metavar="FILE",
+        ),
+        o("--gpu-backend", "the device's backend", key="backend", default="auto", choices=("auto", "cuda", "host")),
+        o(
+            "--gpu-host-clock",
+            "host backend: real time, or virtual time in which kernels and copies take exactly what they "
+            "ask and host code takes none (deterministic tests)",
+            key="host_clock",
+            default="real",
+            choices=("real", "virtual"),
+        ),
+        o(
+            "--gpu-device",
+            "CUDA device index",
+            key="device",
+            default=0,
+            number=Number(0, 1_024, whole=True),
+            metavar="N",
+        ),
+        o(
+            "--gpu-devices",
+            "under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
+            metavar="all|N,M,...",
+        ),
+        o(
+            "--gpu-rounds",
+            "measured rounds of gpuprof.measure",
+            key="rounds",
+            default=5,
+            number=Number(1, 10_000, whole=True),
+            metavar="N",
+        ),
+        o(
+            "--gpu-warmup",
+            "unmeasured warm-up rounds",
+            key="warmup",
+            default=1,
+            number=Number(0, 10_000, whole=True),
+            metavar="N",
+        ),
+        o("--gpu-report", "write the JSON report (schema 1) here", metavar="PATH"),
+        o("--gpu-trace", "one Chrome-trace/Perfetto JSON per test", metavar="DIR"),
+        o("--gpu-html", "one self-contained HTML report with timelines", metavar="PATH"),
+        o("--gpu-save", "store this run as a baseline NNNN_NAME", metavar="NAME"),
+        o(
+            "--gpu-compare",
+            "compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
+            metavar="latest|NAME|PATH",
+        ),
+        o(
+            "--gpu-compare-fail",
+            "fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%",
+            metavar="EXPR[,EXPR...]",
+            repeat=True,
+        ),
+        o("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
+        o("--gpu-storage", "baseline folder", default=".gpuprof", metavar="DIR"),
+        o("--gpu-no-cupti", "do not use CUPTI; truth falls back to CUDA events", switch=True),
+        o("--gpu-no-nvml", "do not sample NVML", switch=True),
+        o(
+            "--gpu-nvml-interval",
+            "NVML poll interval, ms",
+            key="nvml_interval",
+            default=20.0,
+            number=Number(1, 60_000),
+            metavar="MS",
+        ),
+        o("--gpu-nvtx", "NVTX ranges of every thread as steps (CUPTI only)", key="nvtx", default="on", choices=SWITCH),
+        o(
+            "--gpu-sample",
+            "sample the host's Python stacks to name the code behind unattributed idle",
+            key="sample",
+            default="on",
+            choices=SWITCH,
+        ),
+        o(
+            "--gpu-children",
+            "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
+            key="children",
+            default="on",
+            choices=SWITCH,
+        ),
+        o(
+            "--gpu-exclusive",
+            "auto: a test that uses the GPU holds it alone among this plugin's processes (xdist workers, "
+            "other pytest runs on the host); its wait is waited_ms, outside its windows",
+            key="exclusive",
+            default="auto",
+            choices=("auto", "off"),
+        ),
+        o(
+            "--gpu-summary",
+            "rows of the terminal table: breaches and failures first, then the largest kernel-idle; the rest "
+            "counted in one line",
+            default="20",
+            metavar="N|all",
+        ),
+    )
+
+
+TABLE = _table()
+BY_FLAG: Mapping[str, Option] = {o.flag: o for o in TABLE}
+BY_KEY: Mapping[str, Option] = {o.key: o for o in TABLE if o.key is not None}
+# what a run gets where nothing says otherwise, by flag (``--gpu-rounds``: 5)
+DEFAULT: Mapping[str, Any] = {o.flag: o.default for o in TABLE}

@@ -1,0 +1,105 @@
+"""One settings table: the pytest options, the file keys, the defaults and the docs' tables."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof import config
+from pytest_gpuprof.options import BY_FLAG, DEFAULT, TABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def option_rows(path):
+    """The flags each row of a document's options table names, and the row."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.startswith("| `--gpu-"):
+            cell = line.split(" | ")[0]
+            rows.append((re.findall(r"`(--gpu-[a-z-]+)(?:=([^`]*))?`", cell), line))
+    return rows
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/design.md"])
+def test_the_docs_options_tables_hold_every_option_once_as_the_table_has_it(doc):
+    """The README lists every option; the design's contract table the public ones (not the
+    host clock, the xdist devices or the any-machine comparison), each once."""
+    rows = option_rows(ROOT / doc)
+    named = [flag for flags, _ in rows for flag, _ in flags]
+    expected = {o.flag for o in TABLE}
+    if doc == "docs/design.md":
+        expected -= {"--gpu-host-clock", "--gpu-devices", "--gpu-compare-any-machine"}
+    assert sorted(named) == sorted(expected), doc
+    for flags, line in rows:
+        for flag, value in flags:
+            o = BY_FLAG[flag]
+            if o.choices:
+                assert value.replace("\\|", "|") == "|".join(o.choices), (doc, flag, value)
+            elif o.switch:
+                assert not value, (doc, flag)
+            else:
+                assert value, (doc, flag)
+            if o.key is not None and o.key not in ("device", "rounds", "warmup", "backend", "nvml_interval"):
+                # a key that only the file and this flag set is named beside it
+                assert f"`{o.key}`" in line, (doc, flag, o.key)
+
+
+def test_every_default_comes_from_the_table():
+    s = config.Settings()
+    assert (s.backend, s.host_clock, s.device, s.rounds, s.warmup) == (
+        DEFAULT["--gpu-backend"],
+        DEFAULT["--gpu-host-clock"],
+        DEFAULT["--gpu-device"],
+        DEFAULT["--gpu-rounds"],
+        DEFAULT["--gpu-warmup"],
+    )
+    assert s.nvml_interval_ms == DEFAULT["--gpu-nvml-interval"]
+    assert str(s.storage) == DEFAULT["--gpu-storage"]
+    assert s.summary_rows == int(DEFAULT["--gpu-summary"])
+    # the file keys accept exactly the table's keys with choices or a range
+    assert set(config._CHOICES) | set(config._FILE_KEYS) == {o.key for o in TABLE if o.key}
+
+
+def test_each_default_is_written_once_in_the_package():
+    """``grep`` finds each default's literal once: in the table."""
+    package = ROOT / "pytest_gpuprof"
+    for needle in ['".gpuprof"', "rounds: int = 5", "warmup: int = 1", "nvml_interval_ms: float = 20"]:
+        hits = [p.name for p in package.rglob("*.py") if needle in p.read_text()]
+        assert hits in ([], ["options.py"]), (needle, hits)
+
+
+def test_an_option_shows_its_default_in_its_help(pytester):
+    result = pytester.runpytest("--help")
+    out = " ".join(result.stdout.str().split())
+    for o in TABLE:
+        if o.default is not None:
+            assert f"(default {o.default})" in out, o.flag
+    assert "--gpu-exclusive={auto,off}" in out
+
+
+def test_a_file_key_outside_its_range_names_the_key_and_the_file(pytester):
+    pytester.makepyprojecttoml("[tool.gpuprof]\nwarmup = -1\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == 4
+    assert "pyproject.toml [tool.gpuprof]: 'warmup' = -1 is out of range" in result.stderr.str()
+
+
+def test_the_command_line_wins_over_the_file_and_the_file_over_the_table(pytester):
+    pytester.makepyprojecttoml('[tool.gpuprof]\nrounds = 7\nnvtx = "off"\n')
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_gpuprof.config import Settings
+
+        def pytest_configure(config):
+            s = Settings.from_pytest_config(config)
+            print(f"SETTINGS rounds={s.rounds} warmup={s.warmup} nvtx={s.nvtx} storage={s.storage}")
+        """
+    )
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-s", "--gpu-warmup=3")
+    result.stdout.fnmatch_lines(["*SETTINGS rounds=7 warmup=3 nvtx=False storage=.gpuprof*"])
+    result = pytester.runpytest("-s", "--gpu-rounds=2", "--gpu-nvtx=on")
+    result.stdout.fnmatch_lines(["*SETTINGS rounds=2 warmup=1 nvtx=True storage=.gpuprof*"])
