@@ -72,14 +72,6 @@ def _table() -> tuple[Option, ...]:
             choices=("real", "virtual"),
         ),
         o(
-            "--gpu-device",
-            "CUDA device index",
-            key="device",
-            default=0,
-            number=Number(0, 1_024, whole=True),
-            metavar="N",
-        ),
-        o(
             "--gpu-devices",
             "under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
             metavar="all|N,M,...",
@@ -98,6 +90,14 @@ def _table() -> tuple[Option, ...]:
             key="warmup",
             default=1,
             number=Number(0, 10_000, whole=True),
+            metavar="N",
+        ),
+        o(
+            "--gpu-device",
+            "CUDA device index",
+            key="device",
+            default=0,
+            number=Number(0, 1_024, whole=True),
             metavar="N",
         ),
         o("--gpu-report", "write the JSON report (schema 1) here", metavar="PATH"),
@@ -136,19 +136,19 @@ def _table() -> tuple[Option, ...]:
             choices=SWITCH,
         ),
         o(
-            "--gpu-children",
-            "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
-            key="children",
-            default="on",
-            choices=SWITCH,
-        ),
-        o(
             "--gpu-exclusive",
             "auto: a test that uses the GPU holds it alone among this plugin's processes (xdist workers, "
             "other pytest runs on the host); its wait is waited_ms, outside its windows",
             key="exclusive",
             default="auto",
             choices=("auto", "off"),
+        ),
+        o(
+            "--gpu-children",
+            "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
+            key="children",
+            default="on",
+            choices=SWITCH,
         ),
         o(
             "--gpu-summary",
