@@ -224,7 +224,7 @@ def _store_history(runs: list[dict], by_test: dict, workloads: list[str], folder
             "machine": runs[0]["machine"],
             "tests": tests,
         }
-        storage.save(report, folder, "main")
+        storage.BaselineStore(folder).save(report, "main")
     print(
         f"\n{len(runs)} runs stored under {folder}: the first {half} unchanged, then the spin kernel {100 * (slower - 1):.0f}% slower"
     )

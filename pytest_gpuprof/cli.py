@@ -22,7 +22,7 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
-from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
+from pytest_gpuprof.output.storage import BaselineError, BaselineStore, entry_problem, load
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
@@ -125,7 +125,7 @@ def _output(path: Path) -> None:
 def _history(args: argparse.Namespace) -> int:
     from pytest_gpuprof.output import history as h
 
-    machine = h.machine_of(args.storage, args.machine)
+    machine = BaselineStore(args.storage).machine(args.machine)
     for metric in args.metric or ():
         if not descriptors.comparable(metric):
             raise BaselineError(f"--metric {metric}: no such metric; metrics are {descriptors.grammar()}")

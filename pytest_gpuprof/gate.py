@@ -43,7 +43,7 @@ class Gate:
 
         wanted = None if self.settings.compare == "latest" else self.settings.compare
         try:
-            path = storage.find(self.settings.storage, machine["id"], wanted)
+            path = storage.BaselineStore(self.settings.storage).find(machine["id"], wanted)
             baseline = storage.load(path)
         except storage.BaselineError as e:
             flag = (

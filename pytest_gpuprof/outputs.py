@@ -194,7 +194,9 @@ class Outputs:
                 self.written.append(f"gpuprof: no baseline saved: the run {partial}")
             else:
                 saved: list[Path] = []
-                write("baseline", s.storage, lambda: saved.append(storage.save(report, s.storage, name)), "")
+                write(
+                    "baseline", s.storage, lambda: saved.append(storage.BaselineStore(s.storage).save(report, name)), ""
+                )
                 if saved:
                     empty = "" if tests else " (no test measured anything: it holds no test)"
                     self.written[-1] = f"gpuprof: baseline saved as {saved[0]}{empty}"

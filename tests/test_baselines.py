@@ -267,7 +267,7 @@ def test_reports_and_baselines_share_one_file_mode(tmp_path):
 
     report = {"schema": 1, "machine": {"id": "host-0123456789"}, "tests": []}
     write_json(tmp_path / "r.json", report)
-    saved = storage.save(report, tmp_path / "store", "main")
+    saved = storage.BaselineStore(tmp_path / "store").save(report, "main")
     mode = stat.S_IMODE((tmp_path / "r.json").stat().st_mode)
     assert stat.S_IMODE(saved.stat().st_mode) == mode
     assert mode & 0o444 == 0o444 & ~_umask()  # readable as an ordinary file, as the umask allows

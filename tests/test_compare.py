@@ -209,7 +209,7 @@ def test_concurrent_saves_get_distinct_numbers(tmp_path):
 
     def save_some():
         for _ in range(5):
-            saved.append(storage.save(report(), tmp_path, "main"))
+            saved.append(storage.BaselineStore(tmp_path).save(report(), "main"))
 
     threads = [threading.Thread(target=save_some) for _ in range(8)]
     for t in threads:
@@ -223,15 +223,15 @@ def test_concurrent_saves_get_distinct_numbers(tmp_path):
 
 
 def test_find_takes_the_newest_or_the_named(tmp_path):
-    first = storage.save(report(), tmp_path, "main")
-    storage.save(report(), tmp_path, "pr")
-    assert storage.find(tmp_path, "host-aaa", None).name == "0002_pr.json"
-    assert storage.find(tmp_path, "host-aaa", "main") == first
-    assert storage.find(tmp_path, "host-aaa", str(first)) == first
+    first = storage.BaselineStore(tmp_path).save(report(), "main")
+    storage.BaselineStore(tmp_path).save(report(), "pr")
+    assert storage.BaselineStore(tmp_path).find("host-aaa", None).name == "0002_pr.json"
+    assert storage.BaselineStore(tmp_path).find("host-aaa", "main") == first
+    assert storage.BaselineStore(tmp_path).find("host-aaa", str(first)) == first
     with pytest.raises(storage.BaselineError, match="no baseline named 'x' for machine host-aaa"):
-        storage.find(tmp_path, "host-aaa", "x")
+        storage.BaselineStore(tmp_path).find("host-aaa", "x")
     with pytest.raises(storage.BaselineError, match="baselines exist for machine ids host-aaa"):
-        storage.find(tmp_path, "cuda-bbb", None)
+        storage.BaselineStore(tmp_path).find("cuda-bbb", None)
 
 
 @pytest.mark.parametrize(

@@ -44,26 +44,10 @@ class Series:
     changes: tuple[ChangePoint, ...]
 
 
-def machine_of(folder: Path, wanted: str | None) -> str:
-    """The machine id whose baselines to read: ``wanted``, or the only one stored."""
-    if not folder.is_dir():
-        raise storage.BaselineError(f"--storage {folder}: no such folder (baselines are saved with --gpu-save)")
-    machines = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    if wanted is not None:
-        if wanted not in machines:
-            raise storage.BaselineError(
-                f"no baselines of machine {wanted} under {folder}; stored: {machines or 'none'}"
-            )
-        return wanted
-    if len(machines) != 1:
-        what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
-        raise storage.BaselineError(f"{folder} holds {what}: name one with --machine")
-    return machines[0]
-
-
 def history(folder: Path, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS) -> list[Series]:
     """Every test matching ``pattern``, each metric, over the machine's baselines in order."""
-    reports = [(path.stem, storage.load(path)) for path in storage.baselines(folder, machine)]
+    store = storage.BaselineStore(folder)
+    reports = [(path.stem, store.load(path)) for path in store.baselines(machine)]
     tests = sorted({t["nodeid"] for _, r in reports for t in r["tests"] if fnmatch.fnmatchcase(t["nodeid"], pattern)})
     out = []
     for nodeid in tests:

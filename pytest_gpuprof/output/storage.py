@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,47 +41,76 @@ def check_name(name: str) -> None:
         )
 
 
-def save(report: dict[str, Any], storage: Path, name: str) -> Path:
-    check_name(name)
-    folder = Path(storage) / report["machine"]["id"]
-    with written(folder, json.dumps(report, indent=1) + "\n") as tmp:
-        for _ in range(1000):
-            target = folder / f"{_next_number(folder):04d}_{name}.json"
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                continue  # another process took this number between our look and our link
-            return target
-    raise BaselineError(f"{folder}: could not find a free baseline number")
+@dataclass(frozen=True, slots=True)
+class BaselineStore:
+    """The baselines under one folder (``--gpu-storage``): saved, listed, found, read."""
+
+    folder: Path
+
+    def save(self, report: dict[str, Any], name: str) -> Path:
+        """``report`` as this machine's next baseline ``NNNN_NAME.json``."""
+        check_name(name)
+        folder = self.folder / report["machine"]["id"]
+        with written(folder, json.dumps(report, indent=1) + "\n") as tmp:
+            for _ in range(1000):
+                target = folder / f"{_next_number(folder):04d}_{name}.json"
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    continue  # another process took this number between our look and our link
+                return target
+        raise BaselineError(f"{folder}: could not find a free baseline number")
+
+    def machines(self) -> list[str]:
+        return sorted(p.name for p in self.folder.iterdir() if p.is_dir()) if self.folder.is_dir() else []
+
+    def machine(self, wanted: str | None) -> str:
+        """The machine id whose baselines to read: ``wanted``, or the only one stored."""
+        if not self.folder.is_dir():
+            raise BaselineError(f"--storage {self.folder}: no such folder (baselines are saved with --gpu-save)")
+        machines = self.machines()
+        if wanted is not None:
+            if wanted not in machines:
+                raise BaselineError(
+                    f"no baselines of machine {wanted} under {self.folder}; stored: {machines or 'none'}"
+                )
+            return wanted
+        if len(machines) != 1:
+            what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
+            raise BaselineError(f"{self.folder} holds {what}: name one with --machine")
+        return machines[0]
+
+    def baselines(self, machine_id: str) -> list[Path]:
+        """The machine's baselines, oldest first."""
+        folder = self.folder / machine_id
+        if not folder.is_dir():
+            return []
+        return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
+
+    def find(self, machine_id: str, wanted: str | None) -> Path:
+        """The newest baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
+        if wanted and (wanted.endswith(".json") or os.sep in wanted):
+            if not Path(wanted).is_file():
+                raise BaselineError(f"{wanted}: no such report file")
+            return Path(wanted)
+        candidates = self.baselines(machine_id)
+        if wanted:
+            candidates = [p for p in candidates if _NUMBERED.match(p.name)[2] == wanted or p.stem == wanted]  # type: ignore[index]
+        if not candidates:
+            others = sorted(p.name for p in self.folder.iterdir()) if self.folder.is_dir() else []
+            what = f"named {wanted!r} " if wanted else ""
+            hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
+            raise BaselineError(f"no baseline {what}for machine {machine_id} under {self.folder}{hint}")
+        return candidates[-1]
+
+    @staticmethod
+    def load(path: Path) -> dict[str, Any]:
+        return load(path)
 
 
 def _next_number(folder: Path) -> int:
     numbers = [int(m[1]) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))]
     return max(numbers, default=0) + 1
-
-
-def baselines(storage: Path, machine_id: str) -> list[Path]:
-    folder = Path(storage) / machine_id
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
-
-
-def find(storage: Path, machine_id: str, wanted: str | None) -> Path:
-    """The newest baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
-    if wanted and (wanted.endswith(".json") or os.sep in wanted):
-        if not Path(wanted).is_file():
-            raise BaselineError(f"{wanted}: no such report file")
-        return Path(wanted)
-    candidates = baselines(storage, machine_id)
-    if wanted:
-        candidates = [p for p in candidates if _NUMBERED.match(p.name)[2] == wanted or p.stem == wanted]  # type: ignore[index]
-    if not candidates:
-        others = sorted(p.name for p in Path(storage).iterdir()) if Path(storage).is_dir() else []
-        what = f"named {wanted!r} " if wanted else ""
-        hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
-        raise BaselineError(f"no baseline {what}for machine {machine_id} under {storage}{hint}")
-    return candidates[-1]
 
 
 def load(path: Path) -> dict[str, Any]:
