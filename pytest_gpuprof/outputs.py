@@ -7,9 +7,10 @@ line of the summary and makes the run fail, and the rest are still written.
 
 from __future__ import annotations
 
-import functools
+import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,64 +150,112 @@ class Outputs:
         machine: Callable[[], dict[str, Any]],
         partial: str | None,
     ) -> bool:
-        """The JSON report, the HTML, the baseline and the step summary; ``partial`` says
-        why the run ended early, if it did. False when one could not be written."""
+        """Every file asked for (``FILES``) and the baseline; ``partial`` says why the run
+        ended early, if it did. False when one could not be written."""
         s = self.settings
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if s.report is None and s.save is None and s.html is None and not summary:
+        asked = [(f, path) for f in FILES if (path := f.where(s)) is not None]
+        if not asked and s.save is None:
             return True
-        from pytest_gpuprof.output.files import write_atomic, write_json
-        from pytest_gpuprof.output.report import build_report, markdown_summary, revision
-
         if not (views or crashed or s.configured):
             return True  # only the step summary asked for, and nothing measured: nothing to start for it
+        from pytest_gpuprof.output.report import build_report, revision
+
         tests, merged = self.merged(views, crashed, machine)
         report = build_report(tests, merged, revision(self.config.rootpath))
         if partial:
             report["partial"] = partial
         if not tests:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
+        run = Run(report, tests, merged, views)
         ok = True
-
-        def write(what: str, path: Path | str, action: Callable[[], object], done: str) -> None:
-            nonlocal ok
+        for f, path in asked:
             try:
-                action()
+                f.write(path, f.render(run))
             except OSError as e:
                 ok = False
-                self.written.append(f"gpuprof: could not write the {what} {path}: {e.strerror or e}")
+                self.written.append(f"gpuprof: could not write the {f.what} {path}: {e.strerror or e}")
             else:
-                self.written.append(done)
-
-        if (json_path := s.report) is not None:
-            done = f"gpuprof: JSON report written to {json_path}"
-            write("JSON report", json_path, functools.partial(write_json, json_path, report), done)
-        if (html_path := s.html) is not None:
-            from pytest_gpuprof.output.html import render
-
-            page = render([v.html for v in views.values() if v.html], merged)
-            done = f"gpuprof: HTML report written to {html_path}"
-            write("HTML report", html_path, functools.partial(write_atomic, html_path, page), done)
+                self.written.append(f"gpuprof: {f.what} {f.done} {path}")
         if (name := s.save) is not None:
-            from pytest_gpuprof.output import storage
-
-            if partial:
-                self.written.append(f"gpuprof: no baseline saved: the run {partial}")
-            else:
-                saved: list[Path] = []
-                write(
-                    "baseline", s.storage, lambda: saved.append(storage.BaselineStore(s.storage).save(report, name)), ""
-                )
-                if saved:
-                    empty = "" if tests else " (no test measured anything: it holds no test)"
-                    self.written[-1] = f"gpuprof: baseline saved as {saved[0]}{empty}"
-        if summary:
-            compare = [line for v in views.values() for line in v.compare]
-
-            def append_summary() -> None:
-                with open(summary, "a", encoding="utf-8") as f:
-                    waited = waits(views)
-                    f.write(markdown_summary([t for t in tests if "metrics" in t], merged, compare, waited))
-
-            write("step summary", summary, append_summary, f"gpuprof: step summary appended to {summary}")
+            ok = self._save(report, name, partial, empty=not tests) and ok
         return ok
+
+    def _save(self, report: dict[str, Any], name: str, partial: str | None, *, empty: bool) -> bool:
+        if partial:
+            self.written.append(f"gpuprof: no baseline saved: the run {partial}")
+            return True
+        from pytest_gpuprof.output.storage import BaselineStore
+
+        try:
+            saved = BaselineStore(self.settings.storage).save(report, name)
+        except OSError as e:
+            self.written.append(f"gpuprof: could not write the baseline {self.settings.storage}: {e.strerror or e}")
+            return False
+        note = " (no test measured anything: it holds no test)" if empty else ""
+        self.written.append(f"gpuprof: baseline saved as {saved}{note}")
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What a file of the run is made from."""
+
+    report: dict[str, Any]
+    tests: list[dict[str, Any]]
+    machine: dict[str, Any]
+    views: Mapping[str, TestView]
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    """A file the run writes: where (from the settings; None: not asked for), its text, and
+    how it is written (whole and atomically; the step summary appended to)."""
+
+    what: str
+    where: Callable[[Settings], Path | None]
+    render: Callable[[Run], str]
+    append: bool = False
+
+    @property
+    def done(self) -> str:
+        return "appended to" if self.append else "written to"
+
+    def write(self, path: Path, text: str) -> None:
+        if self.append:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return
+        from pytest_gpuprof.output.files import write_atomic
+
+        write_atomic(path, text)
+
+
+def _json(run: Run) -> str:
+    return json.dumps(run.report, indent=1) + "\n"
+
+
+def _html(run: Run) -> str:
+    from pytest_gpuprof.output.html import render
+
+    return render([v.html for v in run.views.values() if v.html], run.machine)
+
+
+def _step_summary(run: Run) -> str:
+    from pytest_gpuprof.output.report import markdown_summary
+
+    compare = [line for v in run.views.values() for line in v.compare]
+    measured = [t for t in run.tests if "metrics" in t]
+    return markdown_summary(measured, run.machine, compare, waits(run.views))
+
+
+def _summary_path(_: Settings) -> Path | None:
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    return Path(summary) if summary else None
+
+
+# every file a run can write: a new format is one entry (and its option in ``options``)
+FILES = (
+    File("JSON report", lambda s: s.report, _json),
+    File("HTML report", lambda s: s.html, _html),
+    File("step summary", _summary_path, _step_summary, append=True),
+)
