@@ -37,7 +37,7 @@ def per_call_us(fn, n: int) -> float:
     return best
 
 
-def step_cost(cp, backend, profiler) -> None:
+def step_cost(cp, backend, profiler) -> float:
     stream = backend.stream()
     e1, e2 = cp.cuda.Event(), cp.cuda.Event()
 

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_gpuprof.analysis import metrics
+from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.analysis.timeline import Timeline
@@ -78,7 +79,9 @@ def compute() -> None:
         DeviceInterval("kernel", t + 100, t + 2_100, 7, "empty", thread=7, issued=t, blocks=1, threads=1, registers=16)
         for t in range(start, start + N * EVERY_NS, EVERY_NS)
     ]
-    timeline = Timeline(start - 10, start + N * EVERY_NS + 5_000, "cupti", steps, (), kernels, sm=SmLimits(132))
+    timeline = Timeline(
+        start - 10, start + N * EVERY_NS + 5_000, "cupti", steps, (), DeviceWork.of(kernels), sm=SmLimits(132)
+    )
     first = best(lambda: metrics.compute(timeline), times=1)
     print(
         f"metrics.compute of {N:,} kernels: best of 5 {best(lambda: metrics.compute(timeline)):.3f} s "

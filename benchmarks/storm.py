@@ -136,6 +136,7 @@ def storm(mode: str) -> None:
             start = time.perf_counter_ns()
             launch(LAUNCHES)
             on.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+            assert capture is not None
             capture.drain()
         print(
             f"  {mode}: {'+'.join(k.name for k in kinds)} records off/on in turns, per launch: "

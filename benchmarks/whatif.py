@@ -42,7 +42,7 @@ def main() -> None:
         profiler.measure(window, rounds=20, warmup=5)
         runs: dict[bool, list[float]] = {True: [], False: []}
         for scenarios in (True, False, True, False):
-            whatif.defaults = real_defaults if scenarios else (lambda window, charged: [])  # type: ignore[assignment]
+            whatif.defaults = real_defaults if scenarios else (lambda window, charged: [])
             start = time.perf_counter()
             m = profiler.measure(window, rounds=WINDOWS, warmup=0)
             runs[scenarios].append(time.perf_counter() - start)
@@ -58,7 +58,7 @@ def main() -> None:
         timeline = profiler.windows[-1].timeline
         assert timeline is not None
         for scenarios in (True, False):
-            whatif.defaults = real_defaults if scenarios else (lambda window, charged: [])  # type: ignore[assignment]
+            whatif.defaults = real_defaults if scenarios else (lambda window, charged: [])
             best = min(_timed(lambda: metrics.compute(timeline)) for _ in range(20))
             print(
                 f"metrics.compute of a seed window ({len(timeline.device)} device intervals), scenarios "

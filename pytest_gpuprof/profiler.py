@@ -21,7 +21,7 @@ from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.options import DEFAULT
 from pytest_gpuprof.output.text import failure_message
-from pytest_gpuprof.spans import SpanRecorder, _SpanScope
+from pytest_gpuprof.spans import SpanRecorder, SpanScope
 from pytest_gpuprof.verdict.budget import Breach, Budget, Verdict, judge, parse_budget
 from pytest_gpuprof.windows import Sampler, Window, WindowCollector
 
@@ -135,7 +135,7 @@ class Profiler:
         self.memory_before = self.backend.memory_in_use()
 
     # host spans
-    def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> _SpanScope:
+    def step(self, name: str, bytes: int | None = None, stream: Any = None, *, pageable: bool = False) -> SpanScope:
         """A host step: nestable, thread-safe; closed and recorded even when its body raises.
 
         With ``stream``, a copy that starts on that stream while the step is open is the
@@ -145,7 +145,7 @@ class Profiler:
         self._alive("step()")
         return self.spans.scope("step", name, bytes, pageable, stream)
 
-    def region(self, name: str = "partition") -> _SpanScope:
+    def region(self, name: str = "partition") -> SpanScope:
         """A bracket, as GPU_START..GPU_END instrumentation would put around a partition."""
         self._alive("region()")
         return self.spans.scope("region", name)

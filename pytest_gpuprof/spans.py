@@ -35,7 +35,7 @@ class SpanRecorder:
         self.regions: list[Span] = []
         # made and not yet entered, and entered and not yet left: by id, with their name
         self.unentered: dict[int, str] = {}
-        self.entered: dict[int, _SpanScope] = {}
+        self.entered: dict[int, SpanScope] = {}
         # device memory, marked at each step's edges (``capture.memory``)
         self.memory: MemoryTracker | None = None
 
@@ -46,10 +46,10 @@ class SpanRecorder:
         nbytes: int | None = None,
         pageable: bool = False,
         stream: Any = None,
-    ) -> _SpanScope:
+    ) -> SpanScope:
         if not isinstance(name, str) or not name:
             raise TypeError(f"gpuprof.{kind}(name): the name must be a non-empty string, not {name!r}")
-        scope = _SpanScope(self, kind, name, nbytes, pageable, stream)
+        scope = SpanScope(self, kind, name, nbytes, pageable, stream)
         self.unentered[scope.serial] = name
         return scope
 
@@ -79,7 +79,7 @@ class SpanRecorder:
         return out
 
 
-class _SpanScope:
+class SpanScope:
     """The context manager behind ``step`` and ``region``: a class, not a generator,
     because it sits on the measuring path (a few microseconds per step)."""
 
