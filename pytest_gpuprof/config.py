@@ -1,5 +1,5 @@
 """Settings: the command line, ``[tool.gpuprof]`` and the budget file, validated once
-(``Settings.from_pytest_config``).
+(``Settings.from_pytest_config``); a test's budget markers over them (``marker_budget``).
 
 Everything here is read at start-up; an error is a ``ConfigError`` naming the key and
 where it came from, which the plugin turns into a pytest usage error (exit code 4).
@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import pytest
+
 from pytest_gpuprof.options import BY_FLAG, DEFAULT, TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
 
 if TYPE_CHECKING:
-    import pytest
-
     from pytest_gpuprof.verdict.compare import Threshold
 
 BackendChoice = Literal["auto", "cuda", "host"]
@@ -297,3 +297,20 @@ def _pyproject(config: pytest.Config) -> Path | None:
         return inipath
     candidate = config.rootpath / "pyproject.toml"
     return candidate if candidate.is_file() else None
+
+
+def marker_budget(nodeid: str, markers: list[pytest.Mark], base: Budget) -> Budget:
+    """A test's ``gpu_budget`` markers merged key by key over the run's budget, the
+    closest winning: the function's (the one written nearest it first, when stacked),
+    then its class's, then its module's (``pytestmark``). A usage error names the test."""
+    budget = base
+    for marker in reversed(markers):  # iter_markers yields the closest first
+        if marker.args:
+            raise pytest.UsageError(
+                f"pytest-gpuprof: {nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
+            )
+        try:
+            budget = parse_budget(marker.kwargs, f"{nodeid}: @pytest.mark.gpu_budget", own=True).merged_over(budget)
+        except BudgetError as e:
+            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    return budget

@@ -1,4 +1,5 @@
-"""pytest hooks: wire options, markers and fixtures to the profiler, budgets and reports.
+"""pytest hooks, all of them: wire options, markers and fixtures to the session (``session``),
+the profiler, budgets and reports.
 
 Heavy modules (numpy, CuPy, CUPTI, NVML) are imported when a session or test needs them,
 so loading this plugin costs little on a machine that never measures anything.
@@ -7,19 +8,20 @@ so loading this plugin costs little on a machine that never measures anything.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.config import OPTIONS, ConfigError, Settings
-from pytest_gpuprof.session import FIXTURES, PROFILER, GpuBudgetWarning, GpuSession, marker_budget
+from pytest_gpuprof.config import OPTIONS, ConfigError, Settings, marker_budget
+from pytest_gpuprof.session import FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.windows import Window
     from pytest_gpuprof.workload import GpuWorkload
 
 SESSION = pytest.StashKey[GpuSession]()
@@ -72,13 +74,17 @@ def pytest_configure(config: pytest.Config) -> None:
         register_profile()
     session = GpuSession(config, settings)
     config.stash[SESSION] = session
-    session.register()  # its hooks start nothing: a suite that never measures pays for none
+    if config.pluginmanager.get_plugin(HOOKS_NAME) is None:
+        # its hooks start nothing: a suite that never measures pays for none
+        config.pluginmanager.register(SessionHooks(session), HOOKS_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION, None)
     if session is not None:
-        session.unregister()
+        hooks = config.pluginmanager.get_plugin(HOOKS_NAME)
+        if hooks is not None:
+            config.pluginmanager.unregister(hooks)
         session.close()
         del config.stash[SESSION]
 
@@ -136,3 +142,99 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
         yield workload
     finally:
         workload.close()
+
+
+# the session's hooks, registered with it (``pytest_configure``)
+HOOKS_NAME = "gpuprof-session"
+
+
+class SessionHooks:
+    """The session's pytest hooks, each asking the session for one thing.
+
+    A separate object with plain attributes only: pytest 8.0-8.2 read every attribute of
+    a registered plugin while looking for fixtures, which would run the session's lazy
+    properties (start a backend) for nothing.
+    """
+
+    def __init__(self, session: GpuSession) -> None:
+        self._session = session
+        self._collection_errors = 0
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._collection_errors += 1
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session.load_baseline()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
+        self._session.hold_device(item)
+        try:
+            return (yield)
+        finally:
+            self._session.let_go()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        session = self._session
+        # the markers as they read now: whatever added them since collection
+        budget = session.budget_of(item)
+        whole = session.measures_whole(item)
+        profiler = item.stash.get(PROFILER, None)
+        if whole:
+            profiler = session.profiler(budget, item.nodeid)
+            item.stash[PROFILER] = profiler
+        elif profiler is not None:
+            profiler.start_call(budget)
+        try:
+            if whole and profiler is not None:
+                done: list[Window] = []
+                try:
+                    with profiler.window("test") as done:
+                        result = yield
+                finally:
+                    try:
+                        session.backend.source.drain()  # the call's device work is in its window, or lost with it
+                        if done:
+                            profiler.record(done[0])
+                    finally:
+                        profiler.end()
+            else:
+                result = yield
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            session.judge(item, raised=e)  # a failing call keeps its verdict (a failed check())
+            raise
+        session.judge(item)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        self._session.annotate(item, call, report)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._session.logreport(report)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self._session.summary(terminalreporter)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        partial = None
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            partial = "was interrupted"
+        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+            partial = f"ended with pytest's exit code {int(exitstatus)}"
+        elif self._collection_errors:
+            partial = f"had {self._collection_errors} error(s) during collection"
+        elif session.shouldstop or session.shouldfail:
+            partial = f"stopped early ({session.shouldstop or session.shouldfail})"
+        if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,4 +1,5 @@
-"""The plugin's state for one pytest process, and its per-test hooks.
+"""The plugin's state for one pytest process, and what happens around each test (the hooks
+that call it are in ``plugin``).
 
 The session wires the rooms together (docs/design.md, "Layers"): ``runtime`` (the
 backend, device, sampler and header), ``gate`` (baseline and comparison), ``outputs``
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import warnings
-from collections.abc import Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +18,13 @@ import pytest
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
-from pytest_gpuprof.config import Settings
+from pytest_gpuprof.config import Settings, marker_budget
 from pytest_gpuprof.gate import Gate
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.outputs import Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
-from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.compare import WAY_OUT
 from pytest_gpuprof.verdict.outcome import Check, split_expected
 
@@ -38,26 +38,8 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
 PROFILER = pytest.StashKey["Profiler"]()
-HOOKS_NAME = "gpuprof-session"
 # the fixtures that measure a test; a test with a budget and neither is measured whole
 FIXTURES = frozenset({"gpuprof", "gpu_workload"})
-
-
-def marker_budget(nodeid: str, markers: list[pytest.Mark], base: Budget) -> Budget:
-    """A test's ``gpu_budget`` markers merged key by key over the run's budget, the
-    closest winning: the function's (the one written nearest it first, when stacked),
-    then its class's, then its module's (``pytestmark``). A usage error names the test."""
-    budget = base
-    for marker in reversed(markers):  # iter_markers yields the closest first
-        if marker.args:
-            raise pytest.UsageError(
-                f"pytest-gpuprof: {nodeid}: gpu_budget takes keyword arguments only, got {marker.args!r}"
-            )
-        try:
-            budget = parse_budget(marker.kwargs, f"{nodeid}: @pytest.mark.gpu_budget", own=True).merged_over(budget)
-        except BudgetError as e:
-            raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-    return budget
 
 
 class GpuBudgetWarning(UserWarning):
@@ -88,16 +70,6 @@ class GpuSession:
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
         # --gpu-exclusive: each test's wait for its device (ms) and whom for
         self.waited: dict[str, tuple[float, str]] = {}
-
-    def register(self) -> None:
-        """Hook this session into pytest (once)."""
-        if self.config.pluginmanager.get_plugin(HOOKS_NAME) is None:
-            self.config.pluginmanager.register(SessionHooks(self), HOOKS_NAME)
-
-    def unregister(self) -> None:
-        hooks = self.config.pluginmanager.get_plugin(HOOKS_NAME)
-        if hooks is not None:
-            self.config.pluginmanager.unregister(hooks)
 
     # the device side, as the fixtures and the header ask for it
     @property
@@ -423,95 +395,3 @@ def _warn(item: pytest.Item, message: str) -> bool:
     except GpuBudgetWarning:
         return False
     return True
-
-
-class SessionHooks:
-    """The session's pytest hooks, each asking the session for one thing.
-
-    A separate object with plain attributes only: pytest 8.0-8.2 read every attribute of
-    a registered plugin while looking for fixtures, which would run the session's lazy
-    properties (start a backend) for nothing.
-    """
-
-    def __init__(self, session: GpuSession) -> None:
-        self._session = session
-        self._collection_errors = 0
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed:
-            self._collection_errors += 1
-
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self._session.load_baseline()
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(
-        self, item: pytest.Item, nextitem: pytest.Item | None
-    ) -> Generator[None, object, object]:
-        self._session.hold_device(item)
-        try:
-            return (yield)
-        finally:
-            self._session.let_go()
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        session = self._session
-        # the markers as they read now: whatever added them since collection
-        budget = session.budget_of(item)
-        whole = session.measures_whole(item)
-        profiler = item.stash.get(PROFILER, None)
-        if whole:
-            profiler = session.profiler(budget, item.nodeid)
-            item.stash[PROFILER] = profiler
-        elif profiler is not None:
-            profiler.start_call(budget)
-        try:
-            if whole and profiler is not None:
-                done: list[Window] = []
-                try:
-                    with profiler.window("test") as done:
-                        result = yield
-                finally:
-                    try:
-                        session.backend.source.drain()  # the call's device work is in its window, or lost with it
-                        if done:
-                            profiler.record(done[0])
-                    finally:
-                        profiler.end()
-            else:
-                result = yield
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
-            session.judge(item, raised=e)  # a failing call keeps its verdict (a failed check())
-            raise
-        session.judge(item)
-        return result
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        report = yield
-        self._session.annotate(item, call, report)
-        return report
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._session.logreport(report)
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        self._session.summary(terminalreporter)
-
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        partial = None
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            partial = "was interrupted"
-        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
-            partial = f"ended with pytest's exit code {int(exitstatus)}"
-        elif self._collection_errors:
-            partial = f"had {self._collection_errors} error(s) during collection"
-        elif session.shouldstop or session.shouldfail:
-            partial = f"stopped early ({session.shouldstop or session.shouldfail})"
-        if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
