@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof import confirm
 from pytest_gpuprof.analysis import metrics as metrics_mod
+from pytest_gpuprof.analysis import rounds as rounds_mod
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.capture import memory
@@ -219,7 +220,7 @@ class Profiler:
                     body()
                 cut.append(done)
         results = [done[0] for done in cut]
-        merged = metrics_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
+        merged = rounds_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
         return self.record(Window(label, merged, results[-1].timeline))
 
     def record(self, window: Window) -> Metrics:

@@ -13,6 +13,7 @@ from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.memory import MemoryMetrics
 from pytest_gpuprof.analysis.metrics import Metrics, NvmlMetrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
+from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.step_metrics import StepMetrics
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.analysis.whatif import Prediction
@@ -97,7 +98,7 @@ def _round(upload_ms: int, idle_ms: int) -> Metrics:
 
 def test_aggregate_takes_every_comparable_metric_as_the_median_of_its_rounds():
     rounds = [_round(4, 1), _round(9, 3), _round(5, 2)]
-    merged = metrics.aggregate(rounds)
+    merged = aggregate(rounds)
     for path, value in merged.flat().items():
         assert value == pytest.approx(statistics.median(r.flat()[path] for r in rounds)), path
     assert set(merged.flat()) == set(rounds[0].flat())

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import attribution, host_code, metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, Span
+from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.timeline import Timeline
 from tests.test_metrics import WINDOW, brute_force
 
@@ -134,7 +135,7 @@ def test_not_sampled_is_none_and_sampled_rounds_take_medians():
         {"where": "b", "ms": 16.0},
         {"where": "test_x.py:5 epoch > lib/loader.py:next", "ms": 4.0},
     ]
-    joined = metrics.aggregate(rounds)
+    joined = aggregate(rounds)
     assert joined.idle_by_code == (("b", 14.0), ("test_x.py:5 epoch > lib/loader.py:next", 6.0))
 
 

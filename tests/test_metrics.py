@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import attribution, metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
+from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.timeline import Timeline
 
 MS = 1_000_000
@@ -292,7 +293,7 @@ def test_aggregate_takes_per_metric_medians_and_keeps_the_samples():
         metrics.compute(Timeline(0, wall * MS, "host", (Span("compute", 1, 0, wall * MS),), (), (kernel(0, k),)))
         for wall, k in ((10, 5), (10, 8), (20, 5))
     ]
-    m = metrics.aggregate(rounds)
+    m = aggregate(rounds)
     assert m.wall_ms == 10
     assert m.kernel_ms == 5
     assert m.utilization == pytest.approx(0.5)

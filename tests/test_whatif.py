@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.descriptors import comparable
 from pytest_gpuprof.analysis.model import DeviceInterval, Span
+from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.verdict.budget import Budget
@@ -112,7 +113,7 @@ def test_predictions_are_metrics_a_gate_can_read():
     assert comparable("what_if.overlap:upload.utilization") and not comparable("what_if.overlap:upload.gbps")
     (threshold,) = parse_thresholds("what_if.overlap:upload.utilization:-2pt")
     assert threshold.metric == "what_if.overlap:upload.utilization" and threshold.unit == "pt"
-    rounds = metrics.aggregate([m, m, m])
+    rounds = aggregate([m, m, m])
     assert rounds.what_if == m.what_if
 
 
