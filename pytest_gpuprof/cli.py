@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The ``gpuprof`` command and its subcommands."""
     from pytest_gpuprof import __version__
 
     parser = argparse.ArgumentParser(
@@ -212,7 +213,11 @@ def _main(argv: Sequence[str] | None) -> int:
     p_history.add_argument(
         "-o", "--output", type=Path, default=None, metavar="FILE.html", help="a page of trend charts"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.command == "show":
             print("\n".join(show(load(args.report))))

@@ -7,10 +7,12 @@ where it came from, which the plugin turns into a pytest usage error (exit code 
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,49 +85,21 @@ class Settings:
         opt = config.getoption
         pyproject = _pyproject(config)
         file_settings, file_budget = read_pyproject(pyproject)
-        budget = file_budget
-        if opt("--gpu-budget-file") is not None:
-            budget = read_budget_file(Path(opt("--gpu-budget-file"))).merged_over(file_budget)
+        budget_file = opt("--gpu-budget-file")
+        budget = file_budget if budget_file is None else read_budget_file(Path(budget_file)).merged_over(file_budget)
         for o in TABLE:
             if o.number is not None and o.key is not None and opt(o.flag) is not None:
                 check_number(o.key, opt(o.flag), o.flag)
 
-        def pick(flag: str) -> Any:
-            """The command line's value, else the file's, else the table's default."""
-            o = BY_FLAG[flag]
-            value = opt(flag)
-            if value is None and o.key is not None:
-                value = file_settings.get(o.key)
-            return o.default if value is None else value
+        pick = functools.partial(_pick, opt, file_settings)
+        output = functools.partial(_output, opt)
 
-        def output(option: str, *, folder: bool = False) -> Path | None:
-            value = opt(option)
-            if value is None:
-                return None
-            check_output(option, Path(value), folder=folder)
-            return Path(value)
-
-        thresholds: tuple[Any, ...] = ()
-        if opt("--gpu-compare-fail"):
-            from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
-
-            try:
-                thresholds = tuple(parse_thresholds(",".join(opt("--gpu-compare-fail"))))
-            except CompareError as e:
-                raise ConfigError(f"--gpu-compare-fail: {e}") from None
-        save = opt("--gpu-save")
-        if save is not None:
-            from pytest_gpuprof.output.storage import BaselineError, check_name
-
-            try:
-                check_name(save)
-            except BaselineError as e:
-                raise ConfigError(str(e)) from None
+        thresholds = _thresholds(opt("--gpu-compare-fail"))
+        save = _baseline_name(opt("--gpu-save"))
         storage = Path(pick("--gpu-storage"))
         if save is not None:
             check_output("--gpu-storage", storage, folder=True)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
+        if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         compare = opt("--gpu-compare")
         summary_rows = _summary_rows(pick("--gpu-summary"))
@@ -161,6 +135,48 @@ class Settings:
             children=pick("--gpu-children") == "on",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
+
+
+def _pick(opt: Callable[[str], Any], file_settings: Mapping[str, Any], flag: str) -> Any:
+    """The command line's value, else the file's, else the table's default."""
+    o = BY_FLAG[flag]
+    value = opt(flag)
+    if value is None and o.key is not None:
+        value = file_settings.get(o.key)
+    return o.default if value is None else value
+
+
+def _output(opt: Callable[[str], Any], flag: str, *, folder: bool = False) -> Path | None:
+    """An output path given on the command line, checked writable now."""
+    value = opt(flag)
+    if value is None:
+        return None
+    check_output(flag, Path(value), folder=folder)
+    return Path(value)
+
+
+def _thresholds(given: list[str] | None) -> tuple[Threshold, ...]:
+    """``--gpu-compare-fail``'s expressions, every one given."""
+    if not given:
+        return ()
+    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+
+    try:
+        return tuple(parse_thresholds(",".join(given)))
+    except CompareError as e:
+        raise ConfigError(f"--gpu-compare-fail: {e}") from None
+
+
+def _baseline_name(name: str | None) -> str | None:
+    """``--gpu-save``'s name, checked before any test runs."""
+    if name is not None:
+        from pytest_gpuprof.output.storage import BaselineError, check_name
+
+        try:
+            check_name(name)
+        except BaselineError as e:
+            raise ConfigError(str(e)) from None
+    return name
 
 
 def check_number(key: str, value: Any, source: str) -> None:

@@ -53,114 +53,110 @@ class Option:
         return "" if self.default is None else f" (default {self.default})"
 
 
-def _table() -> tuple[Option, ...]:
-    o = Option
-    return (
-        o("--gpu-budget", "enforce GPU budgets: a breach fails the test", switch=True),
-        o(
-            "--gpu-budget-file",
-            "a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
-            metavar="FILE",
-        ),
-        o("--gpu-backend", "the device's backend", key="backend", default="auto", choices=("auto", "cuda", "host")),
-        o(
-            "--gpu-host-clock",
-            "host backend: real time, or virtual time in which kernels and copies take exactly what they "
-            "ask and host code takes none (deterministic tests)",
-            key="host_clock",
-            default="real",
-            choices=("real", "virtual"),
-        ),
-        o(
-            "--gpu-devices",
-            "under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
-            metavar="all|N,M,...",
-        ),
-        o(
-            "--gpu-rounds",
-            "measured rounds of gpuprof.measure",
-            key="rounds",
-            default=5,
-            number=Number(1, 10_000, whole=True),
-            metavar="N",
-        ),
-        o(
-            "--gpu-warmup",
-            "unmeasured warm-up rounds",
-            key="warmup",
-            default=1,
-            number=Number(0, 10_000, whole=True),
-            metavar="N",
-        ),
-        o(
-            "--gpu-device",
-            "CUDA device index",
-            key="device",
-            default=0,
-            number=Number(0, 1_024, whole=True),
-            metavar="N",
-        ),
-        o("--gpu-report", "write the JSON report (schema 1) here", metavar="PATH"),
-        o("--gpu-trace", "one Chrome-trace/Perfetto JSON per test", metavar="DIR"),
-        o("--gpu-html", "one self-contained HTML report with timelines", metavar="PATH"),
-        o("--gpu-save", "store this run as a baseline NNNN_NAME", metavar="NAME"),
-        o(
-            "--gpu-compare",
-            "compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
-            metavar="latest|NAME|PATH",
-        ),
-        o(
-            "--gpu-compare-fail",
-            "fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%",
-            metavar="EXPR[,EXPR...]",
-            repeat=True,
-        ),
-        o("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
-        o("--gpu-storage", "baseline folder", default=".gpuprof", metavar="DIR"),
-        o("--gpu-no-cupti", "do not use CUPTI; truth falls back to CUDA events", switch=True),
-        o("--gpu-no-nvml", "do not sample NVML", switch=True),
-        o(
-            "--gpu-nvml-interval",
-            "NVML poll interval, ms",
-            key="nvml_interval",
-            default=20.0,
-            number=Number(1, 60_000),
-            metavar="MS",
-        ),
-        o("--gpu-nvtx", "NVTX ranges of every thread as steps (CUPTI only)", key="nvtx", default="on", choices=SWITCH),
-        o(
-            "--gpu-sample",
-            "sample the host's Python stacks to name the code behind unattributed idle",
-            key="sample",
-            default="on",
-            choices=SWITCH,
-        ),
-        o(
-            "--gpu-exclusive",
-            "auto: a test that uses the GPU holds it alone among this plugin's processes (xdist workers, "
-            "other pytest runs on the host); its wait is waited_ms, outside its windows",
-            key="exclusive",
-            default="auto",
-            choices=("auto", "off"),
-        ),
-        o(
-            "--gpu-children",
-            "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
-            key="children",
-            default="on",
-            choices=SWITCH,
-        ),
-        o(
-            "--gpu-summary",
-            "rows of the terminal table: breaches and failures first, then the largest kernel-idle; the rest "
-            "counted in one line",
-            default="20",
-            metavar="N|all",
-        ),
-    )
+TABLE: tuple[Option, ...] = (
+    Option("--gpu-budget", "enforce GPU budgets: a breach fails the test", switch=True),
+    Option(
+        "--gpu-budget-file",
+        "a TOML budget, schema of [tool.gpuprof.budget]; over pyproject.toml, under markers",
+        metavar="FILE",
+    ),
+    Option("--gpu-backend", "the device's backend", key="backend", default="auto", choices=("auto", "cuda", "host")),
+    Option(
+        "--gpu-host-clock",
+        "host backend: real time, or virtual time in which kernels and copies take exactly what they "
+        "ask and host code takes none (deterministic tests)",
+        key="host_clock",
+        default="real",
+        choices=("real", "virtual"),
+    ),
+    Option(
+        "--gpu-devices",
+        "under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
+        metavar="all|N,M,...",
+    ),
+    Option(
+        "--gpu-rounds",
+        "measured rounds of gpuprof.measure",
+        key="rounds",
+        default=5,
+        number=Number(1, 10_000, whole=True),
+        metavar="N",
+    ),
+    Option(
+        "--gpu-warmup",
+        "unmeasured warm-up rounds",
+        key="warmup",
+        default=1,
+        number=Number(0, 10_000, whole=True),
+        metavar="N",
+    ),
+    Option(
+        "--gpu-device",
+        "CUDA device index",
+        key="device",
+        default=0,
+        number=Number(0, 1_024, whole=True),
+        metavar="N",
+    ),
+    Option("--gpu-report", "write the JSON report (schema 1) here", metavar="PATH"),
+    Option("--gpu-trace", "one Chrome-trace/Perfetto JSON per test", metavar="DIR"),
+    Option("--gpu-html", "one self-contained HTML report with timelines", metavar="PATH"),
+    Option("--gpu-save", "store this run as a baseline NNNN_NAME", metavar="NAME"),
+    Option(
+        "--gpu-compare",
+        "compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
+        metavar="latest|NAME|PATH",
+    ),
+    Option(
+        "--gpu-compare-fail",
+        "fail a test whose metric regressed beyond this, clearly over the rounds: utilization:-2pt,wall_ms:+10%",
+        metavar="EXPR[,EXPR...]",
+        repeat=True,
+    ),
+    Option("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
+    Option("--gpu-storage", "baseline folder", default=".gpuprof", metavar="DIR"),
+    Option("--gpu-no-cupti", "do not use CUPTI; truth falls back to CUDA events", switch=True),
+    Option("--gpu-no-nvml", "do not sample NVML", switch=True),
+    Option(
+        "--gpu-nvml-interval",
+        "NVML poll interval, ms",
+        key="nvml_interval",
+        default=20.0,
+        number=Number(1, 60_000),
+        metavar="MS",
+    ),
+    Option("--gpu-nvtx", "NVTX ranges of every thread as steps (CUPTI only)", key="nvtx", default="on", choices=SWITCH),
+    Option(
+        "--gpu-sample",
+        "sample the host's Python stacks to name the code behind unattributed idle",
+        key="sample",
+        default="on",
+        choices=SWITCH,
+    ),
+    Option(
+        "--gpu-exclusive",
+        "auto: a test that uses the GPU holds it alone among this plugin's processes (xdist workers, "
+        "other pytest runs on the host); its wait is waited_ms, outside its windows",
+        key="exclusive",
+        default="auto",
+        choices=("auto", "off"),
+    ),
+    Option(
+        "--gpu-children",
+        "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
+        key="children",
+        default="on",
+        choices=SWITCH,
+    ),
+    Option(
+        "--gpu-summary",
+        "rows of the terminal table: breaches and failures first, then the largest kernel-idle; the rest "
+        "counted in one line",
+        default="20",
+        metavar="N|all",
+    ),
+)
 
-
-TABLE = _table()
 BY_FLAG: Mapping[str, Option] = {o.flag: o for o in TABLE}
 BY_KEY: Mapping[str, Option] = {o.key: o for o in TABLE if o.key is not None}
 # what a run gets where nothing says otherwise, by flag (``--gpu-rounds``: 5)

@@ -8,8 +8,8 @@ which step each kernel-idle stretch is charged to, is ``attribution``'s (docs/de
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis import memory as memory_mod
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.memory import MemoryMetrics
-from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Sample, Truth
+from pytest_gpuprof.analysis.model import NS_PER_MS, UNATTRIBUTED, Truth
+from pytest_gpuprof.analysis.nvml_metrics import NvmlMetrics, nvml_metrics
 from pytest_gpuprof.analysis.processes import ProcessFigures
 from pytest_gpuprof.analysis.sm_metrics import KernelSummary
 from pytest_gpuprof.analysis.sources import kind_of
@@ -28,21 +29,6 @@ from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.step_metrics import StepMetrics, declared_against_copied, step_metrics
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.analysis.whatif import Prediction
-
-
-@dataclass(frozen=True, slots=True)
-class NvmlMetrics:
-    """What an observer of the hardware saw during the window."""
-
-    util_mean: float | None
-    power_mean_w: float | None
-    power_max_w: float | None
-    mem_used_max_bytes: int | None
-    samples: int
-    sm_clock_mhz: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +149,7 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
     for only where a step read pageable memory (``what_if``'s ``pinned:STEP``)."""
     window = (timeline.start, timeline.end)
     wall = max(timeline.end - timeline.start, 0)
-    reported: float | None = None
-    if timeline.regions:
-        bracketed = iv.covered_length(((r.start, r.end) for r in timeline.regions), window)
-        reported = _ratio(bracketed, wall)
+    reported = _bracketed(timeline)
     source = kind_of(timeline.truth)
     if not source.sees_kernels and not timeline.device:
         return _unseen(timeline, wall, reported)
@@ -179,7 +162,6 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
     ids = attribution.issuer_ids(timeline.steps, device)
     seen = _whatif_window(timeline, kernel_work, ids)
     kernel_ns = seen.kernel_ns
-
     moves = _moves(seen)
     transfers = _transfers(seen, moves)
     charged, unattributed = attribution.attribute_idle(timeline.steps, seen.idle, transfers)
@@ -187,13 +169,7 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
 
     utilization = _ratio(kernel_ns, wall)
     launched = int(np.count_nonzero(kernel_work.inside(window)))
-    traced = launch_bound_note(timeline.truth, launched, wall)
-    apart = attribution.stepless_note(timeline.steps, device, ids, window)
-    interleaved = attribution.interleaved_note(timeline.steps)
     reason = sm_metrics.unseen(kernel_work, timeline.sm, source.no_sms)
-    sm_utilization = None
-    if reason is None and timeline.sm is not None:
-        sm_utilization = min(utilization, _ratio(sm_metrics.sm_weighted_ns(kernel_work, timeline.sm, window), wall))
     steps = step_metrics(
         timeline.steps,
         seen.work,
@@ -217,26 +193,57 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
         truth=timeline.truth,
         steps=steps,
         nvml=nvml_metrics(timeline.samples, window),
-        notes=(
-            *timeline.notes,
-            *declared_against_copied(timeline.steps, seen.work, window),
-            *([traced] if traced else []),
-            *([apart] if apart else []),
-            *([interleaved] if interleaved else []),
-        ),
+        notes=_notes(timeline, seen, ids, launched),
         what_if={name: p for name, p in scenarios.items() if p is not None},
-        sm_utilization=sm_utilization,
+        sm_utilization=None if reason is not None else _sm_utilization(timeline, kernel_work, utilization),
         sm_unseen=reason,
         gpm=timeline.gpm,
         top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window),
         kernel_totals=sm_metrics.kernel_totals(kernel_work, window),
-        idle_by_code=None
-        if timeline.stacks is None
-        else tuple(
-            (where, ns / NS_PER_MS)
-            for where, ns in host_code.totals(_host_pieces(timeline, seen, transfers) if unattributed > 0 else [])
-        ),
+        idle_by_code=_idle_by_code(timeline, seen, transfers, unattributed),
     )
+
+
+def _sm_utilization(timeline: Timeline, kernel_work: DeviceWork, utilization: float) -> float | None:
+    """Kernel time weighted by the SMs each grid covered, over the wall (at most ``utilization``)."""
+    if timeline.sm is None:
+        return None
+    window = (timeline.start, timeline.end)
+    weighted = sm_metrics.sm_weighted_ns(kernel_work, timeline.sm, window)
+    return min(utilization, _ratio(weighted, timeline.end - timeline.start))
+
+
+def _bracketed(timeline: Timeline) -> float | None:
+    """What the host's brackets (regions) claim: the share of the wall they cover."""
+    if not timeline.regions:
+        return None
+    window = (timeline.start, timeline.end)
+    return _ratio(iv.covered_length(((r.start, r.end) for r in timeline.regions), window), window[1] - window[0])
+
+
+def _notes(timeline: Timeline, seen: whatif.Window, ids: np.ndarray, launched: int) -> tuple[str, ...]:
+    """The window's notes: the timeline's, then what the metrics found worth saying."""
+    window = (timeline.start, timeline.end)
+    found = (
+        launch_bound_note(timeline.truth, launched, timeline.end - timeline.start),
+        attribution.stepless_note(timeline.steps, timeline.device, ids, window),
+        attribution.interleaved_note(timeline.steps),
+    )
+    return (
+        *timeline.notes,
+        *declared_against_copied(timeline.steps, seen.work, window),
+        *(note for note in found if note),
+    )
+
+
+def _idle_by_code(
+    timeline: Timeline, seen: whatif.Window, transfers: Mapping[str, np.ndarray], unattributed: float
+) -> tuple[tuple[str, float], ...] | None:
+    """What the host ran during the unattributed idle, ms by place; None where not sampled."""
+    if timeline.stacks is None:
+        return None
+    pieces = _host_pieces(timeline, seen, transfers) if unattributed > 0 else []
+    return tuple((where, ns / NS_PER_MS) for where, ns in host_code.totals(pieces))
 
 
 def _host_pieces(timeline: Timeline, seen: whatif.Window, transfers: Mapping[str, np.ndarray]) -> list[host_code.Piece]:
@@ -360,24 +367,6 @@ def _unseen(timeline: Timeline, wall: int, reported: float | None, why: str = UN
         notes=(*timeline.notes, f"utilization not measured: {why}"),
         unseen=why,
         sm_unseen=kind_of(timeline.truth).no_sms,
-    )
-
-
-def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics | None:
-    inside = [s for s in samples if window[0] <= s.time <= window[1]]
-    if not inside:
-        return None
-    utils = [s.util for s in inside if s.util is not None]
-    powers = [s.power_w for s in inside if s.power_w is not None]
-    mems = [s.mem_used_bytes for s in inside if s.mem_used_bytes is not None]
-    clocks = [s.sm_clock_mhz for s in inside if s.sm_clock_mhz is not None]
-    return NvmlMetrics(
-        util_mean=sum(utils) / len(utils) if utils else None,
-        power_mean_w=sum(powers) / len(powers) if powers else None,
-        power_max_w=max(powers) if powers else None,
-        mem_used_max_bytes=max(mems) if mems else None,
-        samples=len(inside),
-        sm_clock_mhz=sum(clocks) / len(clocks) if clocks else None,
     )
 
 

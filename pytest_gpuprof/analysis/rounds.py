@@ -26,23 +26,7 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
     summaries = {path: Summary.of(values) for path, values in paths.items()}
 
     def over(prefix: str, each: Iterable[Any], scope: d.Scope) -> dict[str, Any]:
-        """The figures of one owner (the window, a step, NVML...), from each round's."""
-        owners = [o for o in each if o is not None]
-        out: dict[str, Any] = {}
-        for metric in d.of_scope(scope):
-            values = [v for o in owners if (v := _get(o, metric.name)) is not None]
-            if metric.aggregate == "any":
-                out[metric.name] = any(values)
-            elif metric.aggregate == "max":
-                out[metric.name] = max(values) if values else None
-            elif metric.aggregate == "sum":
-                out[metric.name] = sum(values)
-            elif not values:
-                out[metric.name] = None
-            else:
-                median = summaries[prefix + metric.name].median if metric.comparable else Summary.of(values).median
-                out[metric.name] = round(median) if metric.whole else float(median)
-        return out
+        return _over(prefix, each, scope, summaries)
 
     last = rounds[-1]
     window = over("", rounds, "window")
@@ -81,6 +65,26 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         if not sampled
         else tuple(sorted(((w, ms) for w, ms in medians if ms > 0), key=lambda item: (-item[1], item[0]))),
     )
+
+
+def _over(prefix: str, each: Iterable[Any], scope: d.Scope, summaries: Mapping[str, Summary]) -> dict[str, Any]:
+    """The figures of one owner (the window, a step, NVML...), from each round's."""
+    owners = [o for o in each if o is not None]
+    out: dict[str, Any] = {}
+    for metric in d.of_scope(scope):
+        values = [v for o in owners if (v := _get(o, metric.name)) is not None]
+        if metric.aggregate == "any":
+            out[metric.name] = any(values)
+        elif metric.aggregate == "max":
+            out[metric.name] = max(values) if values else None
+        elif metric.aggregate == "sum":
+            out[metric.name] = sum(values)
+        elif not values:
+            out[metric.name] = None
+        else:
+            median = summaries[prefix + metric.name].median if metric.comparable else Summary.of(values).median
+            out[metric.name] = round(median) if metric.whole else float(median)
+    return out
 
 
 def _get(owner: Any, name: str) -> Any:

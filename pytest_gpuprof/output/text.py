@@ -15,6 +15,7 @@ from pytest_gpuprof.analysis.model import GIB, MIB, UNATTRIBUTED
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
+    from pytest_gpuprof.analysis.processes import ProcessFigures
     from pytest_gpuprof.verdict.budget import Breach
 
 
@@ -91,37 +92,11 @@ def explain(metrics: Metrics) -> list[str]:
         f"wall {metrics.wall_ms:.1f} ms = kernels {metrics.kernel_ms:.1f} ms + kernel-idle {metrics.overhead_ms:.1f} ms"
         + rounds
     ]
-    parts = []
-    for name, idle_ms in metrics.idle_by_step():
-        if name == UNATTRIBUTED:
-            parts.append(f"{UNATTRIBUTED} {idle_ms:.1f} ms")
-            continue
-        step = metrics.steps[name]
-        detail = ""
-        if step.bytes and step.gbps is not None:
-            size = (
-                human_bytes(step.bytes)
-                if step.count <= 1
-                else f"{step.count} x {human_bytes(step.bytes // step.count)}"
-            )
-            detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
-        parts.append(f"{name} {idle_ms:.1f} ms{detail}")
-    lines.append("kernel-idle by step: " + ", ".join(parts))
+    lines.append(_idle_by_step(metrics))
     explained = host_in(metrics.idle_by_code, metrics.unattributed_ms)
     if explained:
         lines.append(f"{UNATTRIBUTED}, host in: {explained}")
-    observers = []
-    if metrics.reported_utilization is not None:
-        observers.append(f"brackets report {pct(metrics.reported_utilization)}")
-    if metrics.nvml is not None and metrics.nvml.util_mean is not None:
-        observers.append(f"NVML {pct(metrics.nvml.util_mean)}")
-    if observers:
-        claimed = max(
-            v for v in (metrics.reported_utilization, metrics.nvml.util_mean if metrics.nvml else None) if v is not None
-        )
-        points = 100 * (claimed - metrics.utilization)
-        verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
-        lines.append(" and ".join(observers) + f": {verdict}")
+    lines += _over_reported(metrics)
     if metrics.sm_utilization is not None and metrics.top_kernels:
         gpm = metrics.gpm or {}
         hardware = f" (GPM SM active {pct(gpm['sm_active'])})" if "sm_active" in gpm else ""
@@ -144,21 +119,62 @@ def explain(metrics: Metrics) -> list[str]:
             )
         )
     if metrics.processes:
-        lines.append(
-            "processes: "
-            + "; ".join(
-                f"pid {p.pid} ({p.command[:40]}{f', rank {p.rank}' if p.rank is not None else ''}): "
-                + (
-                    f"kernels {p.kernel_ms:.1f} ms, copies {p.copy_ms or 0.0:.1f} ms"
-                    if p.kernel_ms is not None
-                    else "not seen"
-                )
-                for p in metrics.processes
-            )
-        )
+        lines.append(_processes(metrics))
     # what the measurement itself missed (CUPTI records dropped or lost) or cannot tell
     lines += [f"note: {note}" for note in metrics.notes]
     return lines
+
+
+def _idle_by_step(metrics: Metrics) -> str:
+    """The kernel-idle charged to each step, with a copy step's size, rate and memory."""
+    parts = []
+    for name, idle_ms in metrics.idle_by_step():
+        if name == UNATTRIBUTED:
+            parts.append(f"{UNATTRIBUTED} {idle_ms:.1f} ms")
+            continue
+        step = metrics.steps[name]
+        detail = ""
+        if step.bytes and step.gbps is not None:
+            size = (
+                human_bytes(step.bytes)
+                if step.count <= 1
+                else f"{step.count} x {human_bytes(step.bytes // step.count)}"
+            )
+            detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
+        parts.append(f"{name} {idle_ms:.1f} ms{detail}")
+    return "kernel-idle by step: " + ", ".join(parts)
+
+
+def _over_reported(metrics: Metrics) -> list[str]:
+    """What the brackets and NVML claimed against the kernels' own time."""
+    assert metrics.utilization is not None
+    nvml = metrics.nvml.util_mean if metrics.nvml is not None else None
+    observers = []
+    if metrics.reported_utilization is not None:
+        observers.append(f"brackets report {pct(metrics.reported_utilization)}")
+    if nvml is not None:
+        observers.append(f"NVML {pct(nvml)}")
+    if not observers:
+        return []
+    claimed = max(v for v in (metrics.reported_utilization, nvml) if v is not None)
+    points = 100 * (claimed - metrics.utilization)
+    verdict = f"instrumentation over-reports by {points:.1f} points" if points > 0 else "no over-report"
+    return [" and ".join(observers) + f": {verdict}"]
+
+
+def _processes(metrics: Metrics) -> str:
+    """Each process whose device work the window holds; what was not seen says so."""
+
+    def figures(p: ProcessFigures) -> str:
+        if p.kernel_ms is None:
+            return "not seen"
+        copies = f"{p.copy_ms:.1f} ms" if p.copy_ms is not None else "not seen"
+        return f"kernels {p.kernel_ms:.1f} ms, copies {copies}"
+
+    return "processes: " + "; ".join(
+        f"pid {p.pid} ({p.command[:40]}{f', rank {p.rank}' if p.rank is not None else ''}): {figures(p)}"
+        for p in metrics.processes
+    )
 
 
 def host_in(
