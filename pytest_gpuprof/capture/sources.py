@@ -18,58 +18,15 @@ reads itself) are registered first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis import sources as kinds
-from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import Span
+from pytest_gpuprof.capture.backends.base import Backend
+from pytest_gpuprof.capture.trace_source import TraceSource
 
-if TYPE_CHECKING:
-    from pytest_gpuprof.analysis.occupancy import SmLimits
-    from pytest_gpuprof.capture.backends.base import Backend
+__all__ = ["Factory", "TraceSource", "attach", "register", "unregister"]
 
 
-class TraceSource:
-    """What the device did, as this source records it; every hook but ``drain`` optional."""
-
-    kind: kinds.SourceKind
-
-    def status(self) -> str:
-        """How the records are read, for the session's header ('live', or 'off (why)')."""
-        return "live"
-
-    def begin(self) -> None:
-        """A test or window starts: forget what came before."""
-
-    def drain(self) -> tuple[DeviceWork, list[str]]:
-        """Everything the device finished since ``begin``/the last drain, and notes on gaps."""
-        raise NotImplementedError
-
-    def ranges(self) -> tuple[list[Span], list[Span]]:
-        """NVTX ranges that ended since the last call (as steps), and those open now."""
-        return [], []
-
-    def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
-        """A host step starts: tag the device work it launches; returns a token for
-        ``close_span`` (``copy``: the step moves bytes)."""
-        return None
-
-    def close_span(self, token: Any) -> None:
-        return None
-
-    def stream_id(self, stream: Any) -> int | None:
-        """The id that this source's device intervals give ``stream``."""
-        return None
-
-    def sm_limits(self) -> SmLimits | None:
-        """The device's SMs, where this source's kernel records carry their geometry."""
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-Factory = Callable[["Backend"], "TraceSource | None"]
+Factory = Callable[[Backend], "TraceSource | None"]
 _FACTORIES: list[Factory] = []
 
 

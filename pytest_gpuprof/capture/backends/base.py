@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.capture.clock import Clock
-from pytest_gpuprof.capture.sources import TraceSource
+from pytest_gpuprof.capture.trace_source import TraceSource
 
 
 @dataclass(frozen=True, slots=True)

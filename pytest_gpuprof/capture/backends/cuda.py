@@ -29,7 +29,7 @@ from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.capture.clock import Clock, RealClock
-from pytest_gpuprof.capture.sources import TraceSource
+from pytest_gpuprof.capture.trace_source import TraceSource
 
 
 def unavailable(device: int) -> str | None:

@@ -25,8 +25,8 @@ from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.clock import Clock, RealClock
-from pytest_gpuprof.capture.sources import TraceSource
 from pytest_gpuprof.capture.span_stack import current_span_id
+from pytest_gpuprof.capture.trace_source import TraceSource
 
 # A pageable copy goes through a bounce buffer in pieces of this size, as the CUDA driver
 # stages pageable memory through pinned buffers.
