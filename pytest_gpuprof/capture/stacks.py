@@ -14,6 +14,7 @@ The plugin's own threads (NVML, the host backend's device threads) are not sampl
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import signal
 import site
@@ -33,9 +34,10 @@ OWN_THREADS = ("gpuprof-nvml", "gpuprof-host-", "gpuprof-stacks")
 _PLUGIN = str(Path(__file__).resolve().parents[1])
 
 
+@functools.cache
 def library_roots() -> tuple[str, ...]:
     """Folders whose code is a library's, not the user's: the standard library,
-    site-packages and this plugin."""
+    site-packages and this plugin (once a process: sysconfig takes milliseconds to ask)."""
     roots = {_PLUGIN}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
