@@ -11,6 +11,10 @@ def virtual_clock(request, monkeypatch):
         monkeypatch.setenv(
             "PYTEST_ADDOPTS", "--gpu-host-clock=virtual -W default::pytest_gpuprof.session.GpuBudgetWarning"
         )
+        # a pytest it starts in a process of its own may cache the modules pytest rewrites
+        # (hypothesis's 80, 1.5 s a process): a machine that writes no bytecode rewrote
+        # them in every one of the suite's pytest processes
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
 
 
 # ``--hypothesis-profile=thorough``: every property test with far more examples, to run
