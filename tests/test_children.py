@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.device_work import DeviceWork
@@ -147,3 +148,62 @@ def test_the_message_lists_each_process():
         "processes: pid 1 (this test's process): kernels 0.0 ms, copies 0.0 ms; "
         "pid 2 (python train.py, rank 0): kernels 12.5 ms, copies 1.0 ms; pid 3 (python eval.py): not seen"
     )
+
+
+def test_a_native_program_the_test_starts_is_listed_as_not_seen_never_0():
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.profiler import Profiler
+
+    watch, backend = ChildWatch(), HostBackend()
+    try:
+        profiler = Profiler(backend, children=watch)
+        with profiler.window("w") as done:
+            with profiler.step("run"):
+                subprocess.run(["true"], check=True)  # a native program
+                subprocess.run([sys.executable, "-c", "pass"], check=True)  # Python: traced by itself
+                subprocess.run([sys.executable, "-c", "pass"], env={"PATH": os.environ["PATH"]}, check=True)
+                os.system("true")
+        m = done[0].metrics
+        # the Python child is its own record (here: CUPTI refused, no cupti-python); the
+        # rest were only seen starting
+        unseen = [p for p in m.processes if p.pid is None]
+        assert all(p.kernel_ms is None and p.copy_ms is None for p in unseen)
+        assert [(p.pid, p.command.split()[-1], p.why) for p in unseen] == [
+            (None, "true", children.NATIVE),
+            (None, "pass", children.OWN_ENV),
+            (None, "true", children.NATIVE),
+        ]
+        assert any(
+            n.startswith("a process (true): a native program: not traced") or "a process (true)" in n for n in m.notes
+        )
+        assert [p["kernel_ms"] for p in m.to_dict()["processes"][-3:]] == [None, None, None]
+        profiler.end()
+    finally:
+        watch.close()
+        backend.close()
+
+
+def test_outside_a_told_window_nothing_is_listed():
+    watch = ChildWatch()
+    try:
+        subprocess.run(["true"], check=True)
+        assert watch.collect() == []
+    finally:
+        watch.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "why"),
+    [
+        (["/usr/bin/python3.12", "train.py"], None, None),
+        ([sys.executable, "-m", "torch.distributed.run"], None, None),
+        (["/bin/sh", "-c", "cd /data && python train.py"], None, None),
+        (["/bin/sh", "-c", "./bench --iters 3"], None, children.NATIVE),
+        (["./bench"], None, children.NATIVE),
+        (["python3", "x.py"], {"PATH": "/usr/bin"}, children.OWN_ENV),
+        (["python3", "x.py"], {**os.environ, ENV: "/tmp/x"}, None),
+        ([], None, None),
+    ],
+)
+def test_which_started_processes_are_traced(argv, env, why):
+    assert children.untraced(argv, env) == why

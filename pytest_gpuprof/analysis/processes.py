@@ -13,7 +13,7 @@ from pytest_gpuprof.analysis.model import NS_PER_MS
 
 @dataclass(frozen=True, slots=True)
 class ProcessFigures:
-    pid: int
+    pid: int | None  # None: a process seen starting only (a native program, say)
     command: str
     rank: int | None
     kernel_ms: float | None  # None: its device work was not seen (``why``)
@@ -26,7 +26,12 @@ class ProcessFigures:
 
 
 def figures(
-    pid: int, command: str, rank: int | None, work: DeviceWork | None, window: iv.Interval, why: str | None = None
+    pid: int | None,
+    command: str,
+    rank: int | None,
+    work: DeviceWork | None,
+    window: iv.Interval,
+    why: str | None = None,
 ) -> ProcessFigures:
     """One process's kernel and copy time inside ``window`` (the unions of its intervals)."""
     if work is None:
@@ -41,5 +46,5 @@ def note(processes: tuple[ProcessFigures, ...]) -> str | None:
     unseen = [p for p in processes if p.kernel_ms is None]
     if not unseen:
         return None
-    said = "; ".join(f"pid {p.pid} ({p.command[:60]}): {p.why}" for p in unseen)
+    said = "; ".join(f"{f'pid {p.pid}' if p.pid else 'a process'} ({p.command[:60]}): {p.why}" for p in unseen)
     return f"{len(processes) - len(unseen)} of {len(processes)} processes traced; {said}"

@@ -15,7 +15,9 @@ The test reads them at the end of each window (``ChildWatch.collect``): a child 
 started and left no records was killed or crashed (its records are lost, and the window
 says so) or still runs (its work is read when it exits, in a later window). A child started
 with an environment of its own (``env=`` without ``os.environ``), or by ``fork``, or a
-native binary, is not traced.
+native program, is not traced: the process starts Python audits (``subprocess.Popen``,
+``os.posix_spawn``, ``os.exec``, ``os.system``) tell the watch of those it can name, and
+the window lists each as not seen, never as 0.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -40,10 +43,10 @@ BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "_bootstrap")
 
 @dataclass(frozen=True, slots=True)
 class ChildRecord:
-    """What one child left: its pid, command, rank, and its device work (``None``: lost,
-    not traced, or still running; ``why`` says which)."""
+    """What one child left: its pid (``None`` where it was only seen starting), command,
+    rank, and its device work (``None``: lost, not traced, or still running; ``why`` says which)."""
 
-    pid: int
+    pid: int | None
     command: str
     rank: int | None
     work: Any  # DeviceWork | None
@@ -58,6 +61,8 @@ class ChildWatch:
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="gpuprof-children-"))
         self._saved: dict[str, str | None] | None = None
+        # the processes started while told that no record will come from
+        self._untraced: list[ChildRecord] = []
 
     @contextlib.contextmanager
     def told(self) -> Iterator[None]:
@@ -71,6 +76,9 @@ class ChildWatch:
     def tell(self) -> None:
         if self._saved is not None:
             return
+        global _TOLD
+        _TOLD = self
+        _audit_starts()
         self._saved = {key: os.environ.get(key) for key in (ENV, "PYTHONPATH")}
         os.environ[ENV] = str(self.folder)
         path = os.environ.get("PYTHONPATH")
@@ -79,6 +87,9 @@ class ChildWatch:
     def untell(self) -> None:
         if self._saved is None:
             return
+        global _TOLD
+        if _TOLD is self:
+            _TOLD = None
         for key, value in self._saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -114,11 +125,73 @@ class ChildWatch:
             else:
                 why = "killed or crashed before writing its records: lost"
             out.append(ChildRecord(pid, command, rank, work, why, started))
+        out += self._untraced
+        self._untraced = []
         return out
+
+    def started(self, command: str, why: str) -> None:
+        """A process started that will leave no records (the audit hook tells)."""
+        self._untraced.append(ChildRecord(None, command[:300], None, None, why, time.perf_counter_ns()))
 
     def close(self) -> None:
         self.untell()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# the watch told now (one test at a time in a process), for the audit hook
+_TOLD: ChildWatch | None = None
+_AUDITED = False
+_PYTHON = re.compile(r"(^|/)(python|pypy)[\d.]*$")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
+NATIVE = "a native program: not traced (native children are not traced yet), its device work is not in this window"
+OWN_ENV = "started with an environment of its own (env= without os.environ): not traced"
+
+
+def _audit_starts() -> None:
+    """Listen, once a process (an audit hook stays), for the processes Python starts."""
+    global _AUDITED
+    if not _AUDITED:
+        _AUDITED = True
+        sys.addaudithook(_on_audit)
+
+
+def _on_audit(event: str, args: tuple[Any, ...]) -> None:
+    if _TOLD is None or event not in _STARTS:
+        return
+    argv, env = _STARTS[event](args)
+    why = untraced(argv, env)
+    if why is not None:
+        _TOLD.started(" ".join(argv), why)
+
+
+def _argv(value: Any) -> list[str]:
+    if isinstance(value, str | bytes | os.PathLike):
+        return [os.fsdecode(value)]
+    return [os.fsdecode(a) for a in value or ()]
+
+
+# each audited way to start a process: its argv and environment (None: this one's)
+_STARTS = {
+    "subprocess.Popen": lambda a: (_argv(a[1]) or _argv(a[0]), a[3]),
+    "os.posix_spawn": lambda a: (_argv(a[1]) or _argv(a[0]), a[2]),
+    "os.exec": lambda a: (_argv(a[1]) or _argv(a[0]), a[2]),
+    "os.system": lambda a: (["/bin/sh", "-c", os.fsdecode(a[0])], None),
+}
+
+
+def untraced(argv: list[str], env: Any) -> str | None:
+    """Why a process started with ``argv`` and ``env`` will not be traced; None where it will
+    (a Python interpreter that inherits the told environment), as far as its command says."""
+    if not argv:
+        return None
+    if env is not None and ENV not in env and os.fsencode(ENV) not in env:
+        return OWN_ENV
+    programs = [argv[0]]
+    if os.path.basename(argv[0]) in _SHELLS and len(argv) >= 3 and argv[1] == "-c":
+        programs = argv[2].split()  # a shell's command line: traced where it runs Python
+    if any(_PYTHON.search(p) or os.path.realpath(p) == os.path.realpath(sys.executable) for p in programs):
+        return None
+    return NATIVE
 
 
 def _alive(pid: int) -> bool:

@@ -172,7 +172,7 @@ def _processes(metrics: Metrics) -> str:
         return f"kernels {p.kernel_ms:.1f} ms, copies {copies}"
 
     return "processes: " + "; ".join(
-        f"pid {p.pid} ({p.command[:40]}{f', rank {p.rank}' if p.rank is not None else ''}): {figures(p)}"
+        f"{f'pid {p.pid}' if p.pid else 'a process'} ({p.command[:40]}{f', rank {p.rank}' if p.rank is not None else ''}): {figures(p)}"
         for p in metrics.processes
     )
 
