@@ -71,7 +71,8 @@ TABLE: tuple[Option, ...] = (
     ),
     Option(
         "--gpu-devices",
-        "under pytest-xdist, pin worker i to device i mod the count; without it, pick the first",
+        "under pytest-xdist, the GPUs the workers go round: positions in the caller's CUDA_VISIBLE_DEVICES "
+        "(default all); each worker sees its one GPU as device 0",
         metavar="all|N,M,...",
     ),
     Option(

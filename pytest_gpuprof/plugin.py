@@ -7,8 +7,10 @@ so loading this plugin costs little on a machine that never measures anything.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +22,7 @@ __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
+    from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.windows import Window
     from pytest_gpuprof.workload import GpuWorkload
@@ -72,11 +75,27 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_gpuprof.strategies import register_profile
 
         register_profile()
-    session = GpuSession(config, settings)
+    settings, placed = _spread(config, settings)
+    session = GpuSession(config, settings, placed)
     config.stash[SESSION] = session
     if config.pluginmanager.get_plugin(HOOKS_NAME) is None:
         # its hooks start nothing: a suite that never measures pays for none
         config.pluginmanager.register(SessionHooks(session), HOOKS_NAME)
+
+
+def _spread(config: pytest.Config, settings: Settings) -> tuple[Settings, Placement | None]:
+    """An xdist worker's GPU, chosen before anything in it starts CUDA (``capture.placement``):
+    not where the device is pinned (``--gpu-device``) or the backend is the host's."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None or settings.backend == "host" or settings.device != 0:
+        return settings, None
+    from pytest_gpuprof.capture import placement
+
+    placed = placement.place(int(worker[2:]), placement.visible(os.environ, placement.nvml_count), settings.devices)
+    if placed is None:
+        return settings, None
+    os.environ[placement.VISIBLE] = placed.entry
+    return replace(settings, devices=None), placed
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -23,13 +23,16 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.exclusive import DeviceLock
     from pytest_gpuprof.capture.gpm import Gpm
     from pytest_gpuprof.capture.nvml import NvmlSampler
+    from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.capture.stacks import StackSampler
 
 
 class DeviceRuntime:
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, placed: Placement | None = None) -> None:
         self.config = config
         self.settings = settings  # as resolved at start-up: never replaced
+        # this xdist worker's GPU, where it was spread over several (``capture.placement``)
+        self.placed = placed
         self._selected: tuple[str, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
@@ -89,6 +92,14 @@ class DeviceRuntime:
     def device_index(self) -> int:
         """This process's device (``--gpu-device``, or this xdist worker's of ``--gpu-devices``)."""
         return self.select()[2]
+
+    @property
+    def device_number(self) -> int:
+        """The device as the caller numbers it: this worker's place among the GPUs the
+        caller's ``CUDA_VISIBLE_DEVICES`` lists where it was spread, else its index."""
+        if self.placed is not None and self.backend_name == "cuda":
+            return self.placed.number
+        return self.device_index
 
     @property
     def backend_name(self) -> str:
@@ -235,6 +246,8 @@ class DeviceRuntime:
             ]
         s = self.settings
         lines = [f"gpuprof: backend {self.backend_name} ({self.backend_reason})"]
+        if self.placed is not None:
+            lines.append(self.placed.describe(getattr(self.config, "workerinput", {}).get("workerid", "?")))
         if self.backend_name == "cuda" and not self.runs_tests:
             why = "--collect-only" if self.config.option.collectonly else "each pytest-xdist worker starts its own"
             lines.append(f"gpuprof: device not started here ({why})")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
+    from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.windows import Window
 
@@ -58,10 +59,10 @@ class GpuSession:
     CUDA context or CUPTI tracing for the plugin being installed.
     """
 
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings, placed: Placement | None = None) -> None:
         self.config = config
         self.settings = settings  # resolved once, at start-up
-        self.runtime = DeviceRuntime(config, settings)
+        self.runtime = DeviceRuntime(config, settings, placed)
         self.gate = Gate(settings)
         self.outputs = Outputs(config, settings)
         self.results: dict[str, TestResult] = {}  # measured here
@@ -204,7 +205,7 @@ class GpuSession:
             breaches=counted,
             enforced=self.settings.enforce,
             windows=len(windows),
-            device=self.runtime.device_index,
+            device=self.runtime.device_number,
             checks=checks,
             expected=expected,
             failed_check=failing is not None,
