@@ -446,3 +446,20 @@ def test_a_memory_gate_fails_a_pull_request_that_raises_the_peak(pytester, monke
     (test,) = json.loads((pytester.path / "r.json").read_text())["tests"]
     assert test["verdict"] == f"FAIL: regression {path}"
     result.stdout.fnmatch_lines([f"*{path}: baseline 10,485,760 B -> 12,582,912 B (+2,097,152 B, +20.0%*regression*"])
+
+
+def test_the_html_page_says_the_peak_of_every_measured_test_not_only_of_a_breach(pytester):
+    pytester.makepyfile(
+        """
+        def test_holds(gpuprof, gpu_workload):
+            def body():
+                with gpuprof.step("load"):
+                    buffer = gpu_workload.alloc(3 << 20)
+                del buffer
+            gpuprof.measure(body, rounds=1, warmup=0)
+        """
+    )
+    result = pytester.runpytest("--gpu-html=r.html")
+    result.assert_outcomes(passed=1)
+    page = (pytester.path / "r.html").read_text()
+    assert "device memory: peak 3.0 MiB over the window's start in step load" in page

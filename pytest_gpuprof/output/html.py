@@ -31,7 +31,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         # each breach with the text the message gives it (its metric's own unit)
         "breaches": [{**b.to_dict(), "text": describe_breach(b)} for b in record.breaches],
         "limits": record.budget.limits(),
-        "explain": [*explain(m), *explain_memory(m, record.breaches)],
+        "explain": [*explain(m), *explain_memory(m, record.breaches, always=True)],
         "metrics": {
             "wall_ms": m.wall_ms,
             "kernel_ms": m.kernel_ms,

@@ -54,11 +54,12 @@ def describe_breach(b: Breach) -> str:
     return f"{b.metric} {shown}{unit} {sign} {limit}{unit} ({b.key})"
 
 
-def explain_memory(metrics: Metrics, breaches: Sequence[Breach]) -> list[str]:
-    """Where the device memory went, where ``breaches`` hold one on memory: the peak, its
-    step, what was live then, the leaks."""
+def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool = False) -> list[str]:
+    """Where the device memory went, where ``breaches`` hold one on memory (or ``always``,
+    where it was measured): the peak, its step, what was live then, the leaks."""
     m = metrics.memory
-    if m is None or not any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches):
+    on_memory = any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches)
+    if m is None or not (always or on_memory):
         return []
     step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
     reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
