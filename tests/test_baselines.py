@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from plugin_runs import UPLOAD_TEST
 
 SUITE = """
 import os
@@ -280,3 +281,19 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_compare_without_a_fail_expression_says_that_nothing_gates(pytester):
+    pytester.makepyfile(UPLOAD_TEST.format(marker=""))
+    pytester.runpytest("--gpu-save=main").assert_outcomes(passed=1)
+    result = pytester.runpytest("--gpu-compare=main")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*nothing gates on these changes: give --gpu-compare-fail=*"])
+
+
+# the smaller ones
+def test_a_baseline_named_like_a_file_is_refused_with_the_name_to_use(pytester):
+    pytester.makepyfile(UPLOAD_TEST.format(marker=""))
+    result = pytester.runpytest("--gpu-save=v1.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-save='v1.json': give the baseline a name, not a file name: --gpu-save=v1*"])

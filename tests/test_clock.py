@@ -115,3 +115,34 @@ def test_a_ctrl_c_between_two_worker_starts_stops_the_worker_already_running(kin
     clock.detach()
     assert running == []  # no worker outlives the call: it stopped after its partition
     assert len(done) < 100_000
+
+
+THREAD_TEST = """
+import threading
+
+def test_threaded(gpuprof, gpu_workload):
+    def work():
+        with gpuprof.step("worker"):
+            gpu_workload.compute(ms=2)
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert gpuprof.check().steps["worker"].count == 1
+"""
+
+
+def test_a_thread_the_test_starts_runs_on_the_real_clock(pytester):
+    pytester.makepyfile(THREAD_TEST)
+    pytester.runpytest_subprocess("--gpu-host-clock=real", timeout=120).assert_outcomes(passed=1)
+
+
+def test_the_virtual_clock_refuses_a_thread_the_test_starts_at_once_saying_what_to_do(pytester):
+    pytester.makepyfile(THREAD_TEST)
+    # in a process of its own, with a limit: a clock that hangs fails this test, not the suite
+    result = pytester.runpytest_subprocess("--gpu-host-clock=virtual", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*thread 'Thread-*', which the test started, used the host backend on its virtual clock*--gpu-host-clock=real*"
+        ]
+    )

@@ -391,3 +391,25 @@ def test_steps_of_one_thread_that_overlap_without_nesting_are_said():
     assert attribution.interleaved_note([Span("a", 1, 0, 7), Span("b", 2, 3, 9)]) is None  # two threads
     m = metrics.compute(Timeline(0, 12, "host", (a, b, c)))
     assert note in m.notes
+
+
+def test_the_idle_lane_blames_the_copy_not_a_step_open_on_another_thread():
+    from pytest_gpuprof.analysis import metrics
+    from pytest_gpuprof.analysis.lanes import idle_items
+    from pytest_gpuprof.analysis.model import DeviceInterval, Span
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    ms = 1_000_000
+    steps = (Span("upload", 1, 0, 1 * ms, span_id=1), Span("sync", 2, 0, 10 * ms, span_id=2))
+    device = (
+        DeviceInterval("memcpy", 1 * ms, 10 * ms, bytes=1 << 20, span_id=1),
+        DeviceInterval("kernel", 10 * ms, 11 * ms),
+    )
+    timeline = Timeline(0, 11 * ms, "host", steps, (), device)
+    m = metrics.compute(timeline)
+    drawn = {}
+    for item in idle_items(timeline):
+        for name, charged in item.args["charged_ms"].items():
+            drawn[name] = drawn.get(name, 0.0) + charged
+    assert m.steps["upload"].idle_ms == pytest.approx(9.5)
+    assert drawn == pytest.approx({name: ms_ for name, ms_ in m.idle_by_step() if ms_})

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from plugin_runs import entry, report_of
 
 IDLE_TEST = """
 
@@ -358,3 +359,80 @@ def test_an_sm_budget_on_the_host_backend_is_not_measured_and_said_so(pytester):
         ["*GPU budget not judged: min_sm_utilization not measured: the host backend runs on a CPU, which has no SMs*"]
     )
     result.stdout.fnmatch_lines(["*test_idle*not measured*"])
+
+
+CLASS_TEST = """
+import pytest
+
+pytestmark = pytest.mark.gpu_budget(max_overhead_ms=10_000)
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+class TestPipeline:
+    @pytest.mark.gpu_budget(steps={"upload": {"max_ms": 10_000}})
+    def test_method(self, gpu_workload):
+        gpu_workload.upload(64 << 20)
+        gpu_workload.compute(ms=2)
+
+@pytest.mark.gpu_budget(steps={"upload": {"max_ms": 10_000}})
+@pytest.mark.gpu_budget(min_utilization=0.99, max_overhead_ms=0.5)
+def test_stacked(gpu_workload):
+    gpu_workload.upload(64 << 20)
+    gpu_workload.compute(ms=2)
+
+@pytest.mark.gpu_budget(min_utilization=0.99)
+@pytest.mark.gpu_budget(min_utilization=0.0)
+def test_closest_wins(gpu_workload):
+    gpu_workload.upload(64 << 20)
+    gpu_workload.compute(ms=2)
+"""
+
+
+def test_markers_of_the_class_the_module_and_stacked_ones_merge_key_by_key(pytester):
+    pytester.makepyfile(CLASS_TEST)
+    result, report = report_of(pytester)
+    result.assert_outcomes(failed=2, passed=1)
+    method = entry(report, "test_method")
+    assert method["budget"]["limits"]["min_utilization"] == 0.99  # the class's
+    assert method["budget"]["limits"]["max_overhead_ms"] == 10_000  # the module's
+    assert method["verdict"] == "FAIL: breach min_utilization"
+    stacked = entry(report, "test_stacked")
+    assert stacked["verdict"] == "FAIL: breach max_overhead_ms,min_utilization"
+    assert entry(report, "test_closest_wins")["budget"]["limits"]["min_utilization"] == 0.0
+
+
+def test_a_fixture_kept_past_its_test_raises_naming_the_test(pytester):
+    pytester.makepyfile(
+        """
+        kept = []
+
+        def test_first(gpuprof):
+            kept.append(gpuprof)
+            with gpuprof.step("a"):
+                pass
+
+        def test_second():
+            with kept[0].step("b"):
+                pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*this gpuprof belongs to *test_first, which has ended*"])
+
+
+def test_the_backend_is_probed_on_the_device_asked_for(monkeypatch, pytestconfig):
+    from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.config import Settings
+    from pytest_gpuprof.runtime import DeviceRuntime
+
+    probed = []
+
+    def select(kind, device):
+        probed.append(device)
+        return "cuda", f"CUDA device {device} is visible"
+
+    monkeypatch.setattr(backends, "select", select)
+    monkeypatch.setattr(backends, "cuda_device_count", lambda: 4)
+    runtime = DeviceRuntime(pytestconfig, Settings(device=2))
+    assert runtime.select() == ("cuda", "CUDA device 2 is visible", 2)
+    assert probed == [2]

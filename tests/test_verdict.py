@@ -9,16 +9,13 @@ import json
 import os
 import re
 import stat
+import xml.etree.ElementTree as ET
 
 import pytest
+from plugin_runs import UPLOAD_TEST, entry
 
 from pytest_gpuprof.verdict.budget import Breach
 from pytest_gpuprof.verdict.outcome import Check, TestVerdict, split_expected
-
-
-def entry(report, name):
-    (test,) = [t for t in report["tests"] if t["nodeid"].endswith(name)]
-    return test
 
 
 def report_of(pytester, name="r.json"):
@@ -565,3 +562,104 @@ def test_a_kernel_that_appeared_or_vanished_is_a_finding_not_an_inert_gate():
     changes = [Change(gate, "appeared", None, 2.0), Change(gate, "vanished", 2.0, None)]
     assert not any(c.inert for c in changes) and inert_gates(changes, [gate]) == []
     assert Change(gate, "inconclusive", 1.0, 3.0, 0.5, (1, 1)).inert
+
+
+CHECK_TEST = """
+import pytest
+from pytest_gpuprof import GpuBudgetExceeded
+
+def test_failing_check(gpu_workload, gpuprof):
+    gpu_workload.upload(64 << 20)
+    gpu_workload.compute(ms=2)
+    gpuprof.check(min_utilization=0.99)
+
+def test_passing_check(gpu_workload, gpuprof):
+    gpu_workload.upload(1 << 20)
+    gpu_workload.compute(ms=2)
+    gpuprof.check(min_utilization=0.01)
+"""
+
+
+def test_a_check_passing_or_failing_is_the_tests_recorded_verdict(pytester):
+    pytester.makepyfile(CHECK_TEST)
+    result = pytester.runpytest("--gpu-report=r.json", "--junitxml=j.xml")  # no --gpu-budget: check() still asserts
+    result.assert_outcomes(failed=1, passed=1)
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    failing = entry(report, "test_failing_check")
+    assert failing["outcome"] == "failed"
+    assert failing["verdict"] == "FAIL: breach min_utilization"
+    assert failing["budget"]["limits"] == {"min_utilization": 0.99}
+    assert [b["key"] for b in failing["budget"]["breaches"]] == ["min_utilization"]
+    passing = entry(report, "test_passing_check")
+    assert (passing["verdict"], passing["budget"]["limits"]) == ("ok", {"min_utilization": 0.01})
+    result.stdout.fnmatch_lines(["*test_failing_check*FAIL: breach min_utilization*", "budget breaches and where*"])
+    properties = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")
+    }
+    assert properties["test_failing_check"]["gpuprof.verdict"] == "FAIL: breach min_utilization"
+    assert properties["test_passing_check"]["gpuprof.verdict"] == "ok"
+
+
+def test_a_breach_failed_by_warnings_as_errors_reads_fail(pytester):
+    pytester.makepyfile(UPLOAD_TEST.format(marker="@pytest.mark.gpu_budget(min_utilization=0.99)"))
+    result = pytester.runpytest("-W", "error::pytest_gpuprof.session.GpuBudgetWarning", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    assert entry(report, "test_upload")["verdict"] == "FAIL: breach min_utilization"
+
+
+def test_a_breach_warning_points_at_the_test(pytester):
+    pytester.makepyfile(UPLOAD_TEST.format(marker="@pytest.mark.gpu_budget(min_utilization=0.99)"))
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*test_a_breach_warning_points_at_the_test.py:*: GpuBudgetWarning: GPU budget exceeded*"]
+    )
+    assert "session.py" not in result.stdout.str()
+
+
+def test_a_teardown_error_is_the_tests_outcome_in_the_report(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.fixture
+        def broken():
+            yield
+            raise RuntimeError("teardown failed")
+
+        def test_torn(gpu_workload, broken):
+            gpu_workload.compute(ms=2)
+        """
+    )
+    result = pytester.runpytest("--gpu-report=r.json")
+    result.assert_outcomes(passed=1, errors=1)
+    assert entry(json.loads(pytester.path.joinpath("r.json").read_text()), "test_torn")["outcome"] == "failed"
+
+
+def test_a_regression_gate_failure_is_the_tests_verdict(pytester, monkeypatch):
+    pytester.makepyfile(
+        """
+        import os
+
+        def test_slower(gpu_workload):
+            gpu_workload.partitions(n=2, upload_bytes=1 << 20, compute_ms=int(os.environ["MS"]), rounds=5, warmup=0)
+        """
+    )
+    monkeypatch.setenv("MS", "2")
+    pytester.runpytest("--gpu-save=main").assert_outcomes(passed=1)
+    monkeypatch.setenv("MS", "4")
+    result = pytester.runpytest("--gpu-compare=main", "--gpu-compare-fail=wall_ms:+10%", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    test = entry(json.loads(pytester.path.joinpath("r.json").read_text()), "test_slower")
+    assert test["verdict"] == "FAIL: regression wall_ms"
+
+
+def test_the_step_summary_reads_the_same_verdict(pytester, monkeypatch):
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(CHECK_TEST)
+    pytester.runpytest().assert_outcomes(failed=1, passed=1)
+    text = summary.read_text()
+    assert "| FAIL: breach min_utilization |" in text and "| ok |" in text

@@ -316,3 +316,33 @@ def test_the_history_page_draws_the_band_the_medians_and_the_change_point(tmp_pa
     dom = chromium("--dump-dom", path.as_uri()).stdout
     assert dom.count('class="band"') == 1 and dom.count("<circle") == 6
     assert 'class="change"' in dom and "change +10.0% at c3abcdef" in dom
+
+
+def test_the_summary_shows_failures_first_and_counts_the_rest(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(300))
+        @pytest.mark.gpu_budget(max_overhead_ms=1000)
+        def test_trivial(i):
+            pass
+
+        @pytest.mark.gpu_budget(min_utilization=0.5)
+        def test_zz_idle(gpuprof):
+            with gpuprof.step("prepare"):
+                gpuprof.backend.clock.spend(5_000_000)
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(passed=300, failed=1)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "gpuprof: true GPU utilization" in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("=") and i > start and "short test summary" in line)
+    summary = lines[start:end]
+    assert len(summary) <= 40, "\n".join(summary)
+    assert "test_zz_idle" in summary[summary.index(next(x for x in summary if x.startswith("test "))) + 1]
+    assert "and 281 more measured, none failed or breached; --gpu-summary=all lists them" in summary
+    assert len(json.loads(pytester.path.joinpath("r.json").read_text())["tests"]) == 301
+    every = pytester.runpytest("--gpu-summary=all")
+    assert sum(line.startswith("test_the_summary") and "::test_trivial[" in line for line in every.stdout.lines) == 300

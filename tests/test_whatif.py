@@ -141,3 +141,16 @@ def test_the_predicted_timeline_is_drawn_beside_the_measured_one():
         "what if overlap:upload: the rest of each unit",
     ]
     assert predicted[0]["items"][1][:2] == [2000.0, 4000.0]  # microseconds from the window's start
+
+
+def test_a_window_without_kernels_predicts_nothing():
+    from pytest_gpuprof.analysis import metrics
+    from pytest_gpuprof.analysis.model import DeviceInterval, Span
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    ms = 1_000_000
+    steps = (Span("upload", 1, 0, 10 * ms, span_id=1),)
+    copy = DeviceInterval("memcpy", 0, 10 * ms, bytes=1 << 20, span_id=1)
+    timeline = Timeline(0, 10 * ms, "host", steps, (), (copy,))
+    assert metrics.compute(timeline).what_if == {}
+    assert metrics.what_if(timeline, "overlap:upload") is None

@@ -81,3 +81,25 @@ def test_bad_device_list_is_a_usage_error(pytester):
     result = run(pytester, "--gpu-devices=zero")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gpu-devices=zero: expected 'all' or device indices such as 0,1*"])
+
+
+def test_the_xdist_summary_is_the_same_from_run_to_run(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("ms", [1, 1, 1, 1, 1, 1])
+        def test_k(gpu_workload, ms):
+            gpu_workload.compute(ms=ms)
+        """
+    )
+
+    def rows():
+        result = pytester.runpytest("-n", "2")
+        result.assert_outcomes(passed=6)
+        return [line.split()[0] for line in result.stdout.lines if line.startswith("test_the_xdist_summary")]
+
+    first = rows()
+    assert first == sorted(first) and len(first) == 6  # equal figures: in test order, whoever finished first
+    assert rows() == first

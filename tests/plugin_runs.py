@@ -1,0 +1,22 @@
+"""What many plugin tests share: the upload test, a run's JSON report and one of its tests."""
+
+import json
+
+UPLOAD_TEST = """
+import pytest
+
+{marker}
+def test_upload(gpu_workload):
+    gpu_workload.upload(1 << 20)
+    gpu_workload.compute(ms=2)
+"""
+
+
+def report_of(pytester, *args, name="r.json"):
+    result = pytester.runpytest("--gpu-budget", f"--gpu-report={name}", *args)
+    return result, json.loads(pytester.path.joinpath(name).read_text())
+
+
+def entry(report, name):
+    (test,) = [t for t in report["tests"] if t["nodeid"].endswith(name)]
+    return test

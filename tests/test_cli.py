@@ -1,0 +1,52 @@
+"""The gpuprof command: merge, compare, history, and what each says of its arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _report(tmp_path, name, nodeid="t::a", **extra):
+    from tests.test_compare import report
+
+    path = tmp_path / name
+    data = report(tests=[{"nodeid": nodeid, "outcome": "passed", "metrics": {"wall_ms": 1.0}}])
+    path.write_text(json.dumps({**data, **extra}))
+    return path
+
+
+def test_merge_refuses_a_folder_or_a_missing_folder_and_keeps_any_partial_run(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    done = _report(tmp_path, "done.json")
+    cut = _report(tmp_path, "cut.json", nodeid="t::b", partial="was interrupted")
+    assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path)]) == 2
+    assert "is a folder; give a file path" in capsys.readouterr().err
+    assert cli.main(["merge", str(done), str(cut), "-o", str(tmp_path / "missing" / "m.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "missing").exists()
+    merged = tmp_path / "m.json"
+    assert cli.main(["merge", str(cut), str(done), "-o", str(merged)]) == 0
+    assert json.loads(merged.read_text())["partial"] == "was interrupted (1 of 2)"
+    capsys.readouterr()
+    assert cli.main(["show", str(merged)]) == 0
+    assert "partial: the run was interrupted (1 of 2)" in capsys.readouterr().out
+
+
+def test_compare_names_a_metric_in_neither_report_as_such(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    a, b = _report(tmp_path, "a.json"), _report(tmp_path, "b.json")
+    assert cli.main(["compare", str(a), str(b), "--fail", "steps.uplod.host_ms:+5%"]) == 0
+    out = capsys.readouterr().out
+    assert "steps.uplod.host_ms: not measured in the baseline nor in this run: this gate cannot act" in out
+    assert "gate inert: steps.uplod.host_ms:+5%" in out and "not in baseline" not in out
+
+
+@pytest.mark.parametrize(("command", "words"), [("show", "JSON report"), ("compare", "METRIC:+N%"), ("merge", "file")])
+def test_each_command_describes_its_arguments(command, words, capsys):
+    from pytest_gpuprof import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    assert words in capsys.readouterr().out
