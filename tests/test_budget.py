@@ -124,3 +124,13 @@ def test_summary_matches_a_plain_reference(samples):
     assert (s.min, s.max) == (ordered[0], ordered[-1])
     quartiles = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [samples[0]] * 3
     assert s.iqr == pytest.approx(quartiles[2] - quartiles[0], abs=1e-6)
+
+
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False), min_size=1, max_size=40))
+def test_a_summary_is_numpys_percentiles_to_the_bit(samples):
+    import numpy as np
+
+    s = Summary.of(samples)
+    q1, median, q3 = np.percentile(np.asarray(samples, dtype=float), [25, 50, 75])
+    assert (s.median, s.iqr, s.min, s.max) == (float(median), float(q3 - q1), min(samples), max(samples))
+    assert s.samples == tuple(samples)

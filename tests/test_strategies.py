@@ -222,7 +222,7 @@ def upload_then_prepare(gpuprof, gpu_workload, size):
         gpuprof.backend.clock.spend({prepare_ns})
 
 @settings(settings.get_profile("gpuprof"), max_examples=20, database=None)
-@given(size=buffer_sizes(1 << 10, 64 * MIB))
+@given(size=buffer_sizes(1 << 10, 8 * MIB))
 def test_upload_bandwidth(gpuprof, gpu_workload, gpu_device, size):
     gpuprof.measure(lambda: upload_then_prepare(gpuprof, gpu_workload, size), rounds=2)
     before = next(calls)

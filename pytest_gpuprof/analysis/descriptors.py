@@ -10,6 +10,7 @@ metric is one ``Metric`` here plus its computation.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -197,10 +198,12 @@ METRICS: tuple[Metric, ...] = (
 )
 
 
+@functools.cache
 def of_scope(scope: Scope) -> tuple[Metric, ...]:
     return tuple(m for m in METRICS if m.scope == scope)
 
 
+@functools.cache
 def names(scope: Scope, *, comparable: bool = True) -> tuple[str, ...]:
     """The metric names of ``scope`` (the comparable ones, unless ``comparable=False``)."""
     return tuple(m.name for m in of_scope(scope) if m.comparable or not comparable)
