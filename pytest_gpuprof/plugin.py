@@ -85,9 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _spread(config: pytest.Config, settings: Settings) -> tuple[Settings, Placement | None]:
     """An xdist worker's GPU, chosen before anything in it starts CUDA (``capture.placement``):
-    not where the device is pinned (``--gpu-device``) or the backend is the host's."""
+    only in a run that configures the plugin (a run that merely has it installed keeps every
+    GPU in every worker), and not where the device is pinned (``--gpu-device``) or the
+    backend is the host's."""
     worker = getattr(config, "workerinput", {}).get("workerid")
-    if worker is None or settings.backend == "host" or settings.device != 0:
+    if worker is None or not settings.configured or settings.backend == "host" or settings.device != 0:
         return settings, None
     from pytest_gpuprof.capture import placement
 

@@ -62,7 +62,7 @@ def test_each_worker_sees_its_own_gpu_before_its_tests_run(pytester, monkeypatch
     pytest.importorskip("xdist")
     monkeypatch.setenv(VISIBLE, "3,7")
     pytester.makepyfile(CHECK.replace("test_where", "test_a") + CHECK.replace("test_where", "test_b"))
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly", *args)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly", "--gpu-rounds=3", *args)
     result.assert_outcomes(passed=2)
     got = where(pytester)
     assert set(got) <= set(expected) and got == {w: expected[w] for w in got}, got
@@ -78,12 +78,24 @@ def test_a_pinned_device_or_the_host_backend_is_not_spread(monkeypatch):
     from pytest_gpuprof.plugin import _spread
 
     monkeypatch.setenv(VISIBLE, "0,1")
-    assert _spread(_Config("gw1"), Settings(device=1)) == (Settings(device=1), None)
-    assert _spread(_Config("gw1"), Settings(backend="host")) == (Settings(backend="host"), None)
-    assert _spread(object(), Settings()) == (Settings(), None)  # not a worker
+    on = {"configured": True}
+    assert _spread(_Config("gw1"), Settings(device=1, **on)) == (Settings(device=1, **on), None)
+    assert _spread(_Config("gw1"), Settings(backend="host", **on)) == (Settings(backend="host", **on), None)
+    assert _spread(object(), Settings(**on)) == (Settings(**on), None)  # not a worker
+    # a run that only has the plugin installed: its workers keep every GPU
+    assert _spread(_Config("gw1"), Settings()) == (Settings(), None)
     import os
 
     assert os.environ[VISIBLE] == "0,1"
-    settings, placed = _spread(_Config("gw1"), Settings(devices="all"))
+    settings, placed = _spread(_Config("gw1"), Settings(devices="all", **on))
     assert placed is not None and placed.entry == "1" and settings.devices is None
     assert os.environ[VISIBLE] == "1"
+
+
+def test_a_run_that_does_not_configure_the_plugin_leaves_every_gpu_to_every_worker(pytester, monkeypatch):
+    pytest.importorskip("xdist")
+    monkeypatch.setenv(VISIBLE, "3,7")
+    pytester.makepyfile(CHECK.replace("test_where", "test_a") + CHECK.replace("test_where", "test_b"))
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert set(where(pytester).values()) == {"3,7"}

@@ -6,7 +6,9 @@ UUIDs or MIG ids); without it, every GPU NVML counts. Worker i is given entry i 
 number (of those ``--gpu-devices`` names, where given) by narrowing its own
 ``CUDA_VISIBLE_DEVICES`` to that one: PyTorch's, CuPy's and JAX's device 0 in the worker,
 and the plugin's, are then the same GPU. Two workers on one GPU still take turns on it
-(``--gpu-exclusive``): the lock is keyed by the GPU's UUID.
+(``--gpu-exclusive``): the lock is keyed by the GPU's UUID. A run that only has the plugin
+installed (no ``--gpu-*`` option, no ``[tool.gpuprof]``) is never spread: its workers keep
+every GPU, as multi-GPU tests need.
 """
 
 from __future__ import annotations
