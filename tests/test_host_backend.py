@@ -285,3 +285,24 @@ def test_measure_reads_the_device_records_once_after_its_last_round(backend, mon
     assert between == []
     # each round is its own window, with its own step
     assert [len(w.timeline.steps) for w in profiler.windows[-1:]] == [1]
+
+
+def test_the_virtual_clocks_calibration_is_what_six_copies_would_measure():
+    from pytest_gpuprof.capture.clock import VirtualClock
+
+    backend = HostBackend(VirtualClock())
+    try:
+        device = GpuDevice(backend, backend.info())
+        modeled = (device.h2d_gbps, device.d2h_gbps)
+
+        class Measured:  # the same backend, without the model's shortcut: six timed copies
+            def __getattr__(self, name):
+                if name == "modeled_copy_ns":
+                    raise AttributeError(name)
+                return getattr(backend, name)
+
+        measuring = GpuDevice(Measured(), backend.info())
+        assert modeled == (measuring.h2d_gbps, measuring.d2h_gbps)
+        assert modeled[0] == 64 * (1 << 20) / int(64 * (1 << 20) / 24.0)
+    finally:
+        backend.close()

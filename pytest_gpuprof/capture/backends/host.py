@@ -300,7 +300,7 @@ class HostBackend:
         start = self.clock.now()
         if self.clock.virtual:
             np.copyto(dst[: src.nbytes], src)
-            self.clock.spend(int(src.nbytes / VIRTUAL_GBPS[pageable]))
+            self.clock.spend(self.modeled_copy_ns(src.nbytes, pageable=pageable) or 0)
         elif pageable:
             staging = np.empty(min(STAGING_BYTES, src.nbytes), dtype=np.uint8)
             for lo in range(0, src.nbytes, staging.nbytes):
@@ -311,6 +311,10 @@ class HostBackend:
             np.copyto(dst[: src.nbytes], src)
         end = self.clock.now()
         self._stamp(DeviceInterval("memcpy", start, end, stream, name, src.nbytes, pageable, tag))
+
+    def modeled_copy_ns(self, nbytes: int, *, pageable: bool = False) -> int | None:
+        """How long a copy takes on the virtual clock (its model), None on the real one."""
+        return int(nbytes / VIRTUAL_GBPS[pageable]) if self.clock.virtual else None
 
     # kernels
     def prepare(self) -> None:
