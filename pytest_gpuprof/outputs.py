@@ -12,13 +12,17 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gpuprof.config import Settings
 from pytest_gpuprof.output.views import TestView
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.analysis.timeline import Timeline
+    from pytest_gpuprof.output.report import GpuRecord
 
 # waits under this are the lock changing hands, not worth a line
 WAIT_NOTED_MS = 1.0
@@ -209,12 +213,15 @@ class Run:
 @dataclass(frozen=True, slots=True)
 class File:
     """A file the run writes: where (from the settings; None: not asked for), its text, and
-    how it is written (whole and atomically; the step summary appended to)."""
+    how it is written (whole and atomically; the step summary appended to). ``per_test``:
+    what it keeps of each test as the test ends (in its ``TestView``, which crosses from an
+    xdist worker to the controller), where the report entry is not enough."""
 
     what: str
     where: Callable[[Settings], Path | None]
     render: Callable[[Run], str]
     append: bool = False
+    per_test: Callable[[GpuRecord, Timeline | None], Any] | None = None
 
     @property
     def done(self) -> str:
@@ -237,7 +244,14 @@ def _json(run: Run) -> str:
 def _html(run: Run) -> str:
     from pytest_gpuprof.output.html import render
 
-    return render([v.html for v in run.views.values() if v.html], run.machine)
+    pages = [v.per_file[HTML] for v in run.views.values() if v.per_file.get(HTML)]
+    return render(pages, run.machine)
+
+
+def _page(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
+    from pytest_gpuprof.output.html import page_data
+
+    return page_data(record, timeline)
 
 
 def _step_summary(run: Run) -> str:
@@ -253,9 +267,10 @@ def _summary_path(_: Settings) -> Path | None:
     return Path(summary) if summary else None
 
 
+HTML = "HTML report"
 # every file a run can write: a new format is one entry (and its option in ``options``)
 FILES = (
     File("JSON report", lambda s: s.report, _json),
-    File("HTML report", lambda s: s.html, _html),
+    File(HTML, lambda s: s.html, _html, per_test=_page),
     File("step summary", _summary_path, _step_summary, append=True),
 )

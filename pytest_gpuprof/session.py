@@ -22,7 +22,7 @@ from pytest_gpuprof.config import Settings, marker_budget
 from pytest_gpuprof.gate import Gate
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
-from pytest_gpuprof.outputs import Outputs
+from pytest_gpuprof.outputs import FILES, Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.compare import WAY_OUT
@@ -327,18 +327,18 @@ class GpuSession:
         record = result.record
         record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
         record.waited_ms, record.waited_for = self.waited.get(nodeid, (0.0, ""))
-        html = None
-        if self.settings.html is not None:
-            from pytest_gpuprof.output.html import page_data
-
-            html = page_data(record, result.timeline)
+        per_file = {
+            f.what: f.per_test(record, result.timeline)
+            for f in FILES
+            if f.per_test is not None and f.where(self.settings) is not None
+        }
         return TestView(
             test=record.to_dict(),
             row=row(record),
             details=breach_details(record),
             compare=self.gate.lines(nodeid, result.changes),
             machine=self.runtime.machine(),
-            html=html,
+            per_file=per_file,
         )
 
     def load_baseline(self) -> None:

@@ -103,3 +103,16 @@ def test_the_xdist_summary_is_the_same_from_run_to_run(pytester):
     first = rows()
     assert first == sorted(first) and len(first) == 6  # equal figures: in test order, whoever finished first
     assert rows() == first
+
+
+def test_the_html_page_holds_the_timeline_of_every_workers_tests(pytester):
+    pytester.makepyfile(SUITE)
+    result = run(pytester, "-n", "2", "--gpu-html=r.html")
+    result.assert_outcomes(passed=6, failed=1)
+    page = Path(pytester.path, "r.html").read_text()
+    ids = [t["nodeid"] for t in json.loads(Path(pytester.path, "r.json").read_text())["tests"]]
+    # each test's page data came across from its worker, with its lanes
+    data = json.loads(page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0])
+    pages = {p["id"]: p for p in data["tests"]}
+    assert sorted(pages) == sorted(ids)
+    assert all(pages[i]["lanes"] for i in ids if "pipeline" in i)

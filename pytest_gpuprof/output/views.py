@@ -28,7 +28,8 @@ class TestResult:
 @dataclass(frozen=True)
 class TestView:
     """A test as the outputs need it: its JSON report entry, its line of the summary
-    table, its breach and comparison lines, the machine and its HTML page data."""
+    table, its breach and comparison lines, the machine, and what each file the run
+    writes keeps of it (``per_file``, by the file's name: the HTML page's data)."""
 
     __test__ = False
 
@@ -37,7 +38,7 @@ class TestView:
     details: list[str]
     compare: list[str]
     machine: dict[str, Any]
-    html: dict[str, Any] | None = None
+    per_file: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         # shallow: the fields are JSON data already (asdict's deep copy cost a ms a test)
