@@ -94,6 +94,8 @@ def test_peaks_per_window_and_step_match_a_replay_of_every_allocation(program, b
     if expected > 0:  # the innermost step open when the peak was first reached
         first = next(i for i, (h, _, _) in enumerate(history) if h - before == expected)
         assert got.peak_step == history[first][2]
+    else:  # never more than the window began with: no peak, so no step reached it
+        assert got.peak_step is None and got.peak_within == ()
 
 
 def test_the_largest_allocations_live_at_the_peak_and_the_leaks_by_step():
@@ -463,3 +465,13 @@ def test_the_html_page_says_the_peak_of_every_measured_test_not_only_of_a_breach
     result.assert_outcomes(passed=1)
     page = (pytester.path / "r.html").read_text()
     assert "device memory: peak 3.0 MiB over the window's start in step load" in page
+
+
+def test_a_window_that_allocated_nothing_says_no_memory_line_on_its_page():
+    from pytest_gpuprof.output.text import explain_memory
+
+    log, steps, _, _ = replay([("enter", "prepare"), ("exit", 0)])
+    got, _ = memory_mod.compute(log, steps)
+    assert got.peak_bytes == 0 and got.peak_step is None
+    m = metrics.Metrics(1.0, 1.0, 0.0, 1.0, 1.0, 1.0, None, None, 0.0, 0.0, 1, "host", memory=got)
+    assert explain_memory(m, [], always=True) == []

@@ -82,8 +82,10 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     stretches = list(itertools.pairwise(marks))  # the steps open over each: those after its first edge
     rises = [after.peak - base for _, after in stretches]
     top = max(range(len(rises)), key=lambda i: rises[i])
-    at_peak = _innermost(stretches[top][0].open, spans)
-    within = sorted((spans[i] for i in stretches[top][0].open if i in spans), key=lambda s: (s.depth, s.start))
+    # a window that never held more than it began with has no peak, so no step reached it
+    open_at_peak = stretches[top][0].open if rises[top] > 0 else ()
+    at_peak = _innermost(open_at_peak, spans)
+    within = sorted((spans[i] for i in open_at_peak if i in spans), key=lambda s: (s.depth, s.start))
     step_peaks: dict[str, int] = {}
     for (before, _), rise in zip(stretches, rises, strict=True):
         for name in {spans[i].name for i in before.open if i in spans}:

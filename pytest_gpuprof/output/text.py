@@ -59,7 +59,7 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
     where it was measured): the peak, its step, what was live then, the leaks."""
     m = metrics.memory
     on_memory = any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches)
-    if m is None or not (always or on_memory):
+    if m is None or not (on_memory or (always and (m.peak_bytes or m.leaked_bytes))):
         return []
     step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
     reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
