@@ -159,6 +159,5 @@ TABLE: tuple[Option, ...] = (
 )
 
 BY_FLAG: Mapping[str, Option] = {o.flag: o for o in TABLE}
-BY_KEY: Mapping[str, Option] = {o.key: o for o in TABLE if o.key is not None}
 # what a run gets where nothing says otherwise, by flag (``--gpu-rounds``: 5)
 DEFAULT: Mapping[str, Any] = {o.flag: o.default for o in TABLE}

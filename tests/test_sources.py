@@ -114,6 +114,9 @@ def test_the_latest_source_that_takes_a_backend_wins_and_one_that_declines_is_pa
     backend = backends.create("host", 0, cupti=False, clock="virtual")
     try:
         assert isinstance(backend.source, Mine) and taken == ["host"]
+        backend.compute(1.0)
+        backend.synchronize()
+        assert backend.on_interval is None  # the host's own stamps never started: nothing piles up
     finally:
         backend.close()
     sources.unregister(factory)

@@ -10,9 +10,9 @@ Adding one is one module and one registration line::
 
     sources.register(KIND, lambda backend: MySource(backend) if backend.name == "host" else None)
 
-When a backend starts, the latest registered factory that returns a source for it wins; the
-built-in ones (the host backend's own stamps; CUPTI or CUDA events, which the CUDA backend
-reads itself) are registered first.
+When a backend starts, the latest registered factory that returns a source for it wins;
+where none does, the backend keeps its own (the host backend's stamps; CUPTI or CUDA
+events, which the CUDA backend reads itself).
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ def unregister(factory: Factory) -> None:
         _FACTORIES.remove(factory)
 
 
-def attach(backend: Backend) -> TraceSource:
-    """The source that reads ``backend``: the latest registered that takes it."""
+def attach(backend: Backend) -> TraceSource | None:
+    """The registered source that reads ``backend`` (the latest that takes it); None: the
+    backend's own reads it."""
     for factory in reversed(_FACTORIES):
         source = factory(backend)
         if source is not None:
             return source
-    raise RuntimeError(f"no capture source reads the {backend.name} backend")
+    return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.capture import sources
 from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
 
@@ -36,7 +35,7 @@ def cuda_device_count() -> int:
 
 
 def create(name: str, device: int, *, cupti: bool, clock: str = "real", nvtx: bool = True) -> Backend:
-    """The backend, with the capture source that reads it (``capture.sources.attach``)."""
+    """The backend, read by its own capture source or a registered one (``capture.sources``)."""
     backend: Backend
     if name == "cuda":
         from pytest_gpuprof.capture.backends.cuda import CudaBackend
@@ -48,31 +47,10 @@ def create(name: str, device: int, *, cupti: bool, clock: str = "real", nvtx: bo
 
         backend = HostBackend(clocks.make(clock))
     try:
-        backend.source = sources.attach(backend)
+        registered = sources.attach(backend)
     except BaseException:
         backend.close()
         raise
+    if registered is not None:
+        backend.source = registered
     return backend
-
-
-def _host_stamps(backend: Backend) -> sources.TraceSource | None:
-    if backend.name != "host":
-        return None
-    from pytest_gpuprof.capture.backends.host import HostBackend, HostStamps
-
-    assert isinstance(backend, HostBackend)
-    return HostStamps(backend)
-
-
-def _cuda_itself(backend: Backend) -> sources.TraceSource | None:
-    if backend.name != "cuda":
-        return None
-    from pytest_gpuprof.capture.backends.cuda import CudaBackend
-
-    assert isinstance(backend, CudaBackend)
-    return backend
-
-
-# the built-in sources, first: a source registered later (by a plugin, a conftest) wins
-sources.register(kinds.HOST, _host_stamps)
-sources.register(kinds.CUPTI, _cuda_itself)

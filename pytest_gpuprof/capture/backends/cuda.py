@@ -87,7 +87,7 @@ class CudaBackend(TraceSource):
         self._sm: SmLimits | None = None
         self._cupti_reason = "off (--gpu-no-cupti)"
         self._cupti: Any = None
-        self.source = self  # until ``capture.sources.attach`` picks (a registered source may win)
+        self.source = self  # unless a registered source reads it (``capture.sources``)
         if cupti:
             from pytest_gpuprof.capture import cupti_trace as cupti_capture
 

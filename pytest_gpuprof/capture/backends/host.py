@@ -139,15 +139,18 @@ class HostStamps(TraceSource):
     kind = kinds.HOST
 
     def __init__(self, backend: HostBackend) -> None:
+        self._backend = backend
         self._lock = threading.Lock()
         self._intervals: list[DeviceInterval] = []
-        backend.on_interval = self._add
 
     def _add(self, interval: DeviceInterval) -> None:
         with self._lock:
             self._intervals.append(interval)
 
     def begin(self) -> None:
+        # the stamps are taken from the first begin on: a source registered in this one's
+        # place never starts it, and nothing piles up here unread
+        self._backend.on_interval = self._add
         with self._lock:
             self._intervals = []
 
@@ -175,7 +178,7 @@ class HostBackend:
         self.pool = _Pool()
         self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
-        # its own stamps, until ``capture.sources.attach`` picks (a registered source may win)
+        # its own stamps, unless a registered source reads it (``capture.sources``)
         self.source = HostStamps(self)
 
     def info(self) -> DeviceInfo:
