@@ -7,7 +7,6 @@ line of the summary and makes the run fail, and the rest are still written.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -238,7 +237,9 @@ class File:
 
 
 def _json(run: Run) -> str:
-    return json.dumps(run.report, indent=1) + "\n"
+    from pytest_gpuprof.output.files import json_text
+
+    return json_text(run.report)
 
 
 def _html(run: Run) -> str:

@@ -47,5 +47,10 @@ def write_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
 
 
+def json_text(data: dict[str, Any]) -> str:
+    """A report as every file of it is written: the JSON report, a baseline, a merge."""
+    return json.dumps(data, indent=1) + "\n"
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_atomic(path, json_text(data))

@@ -46,8 +46,7 @@ class Series:
 
 def history(folder: Path, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS) -> list[Series]:
     """Every test matching ``pattern``, each metric, over the machine's baselines in order."""
-    store = storage.BaselineStore(folder)
-    reports = [(path.stem, store.load(path)) for path in store.baselines(machine)]
+    reports = [(path.stem, storage.load(path)) for path in storage.BaselineStore(folder).baselines(machine)]
     tests = sorted({t["nodeid"] for _, r in reports for t in r["tests"] if fnmatch.fnmatchcase(t["nodeid"], pattern)})
     out = []
     for nodeid in tests:

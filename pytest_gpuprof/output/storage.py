@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.output.files import written
+from pytest_gpuprof.output.files import json_text, written
 from pytest_gpuprof.output.report import SCHEMA
 
 _NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
@@ -51,7 +51,7 @@ class BaselineStore:
         """``report`` as this machine's next baseline ``NNNN_NAME.json``."""
         check_name(name)
         folder = self.folder / report["machine"]["id"]
-        with written(folder, json.dumps(report, indent=1) + "\n") as tmp:
+        with written(folder, json_text(report)) as tmp:
             for _ in range(1000):
                 target = folder / f"{_next_number(folder):04d}_{name}.json"
                 try:
@@ -102,10 +102,6 @@ class BaselineStore:
             hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
             raise BaselineError(f"no baseline {what}for machine {machine_id} under {self.folder}{hint}")
         return candidates[-1]
-
-    @staticmethod
-    def load(path: Path) -> dict[str, Any]:
-        return load(path)
 
 
 def _next_number(folder: Path) -> int:
