@@ -8,8 +8,10 @@ creates it, calling ``on_start`` first.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -122,24 +124,29 @@ class DeviceRuntime:
     @property
     def backend(self) -> backends.Backend:
         if self._backend is None:
-            from pytest_gpuprof.capture import backends
-
-            s = self.settings
-            # starting is device work (a CUDA context takes device memory, CUPTI starts):
-            # never under another process's window, so under the device's lock, held here
-            # for the start alone where no test holds it already
-            lock = self.lock()
-            starting = lock if lock is not None and not lock.held else None
-            if starting is not None:
-                starting.acquire("starting its backend")
-            try:
-                self._backend = backends.create(
-                    self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
-                )
-            finally:
-                if starting is not None:
-                    starting.release()
+            self.start()
+        assert self._backend is not None
         return self._backend
+
+    def start(self) -> float:
+        """Start the backend where it is not running; the time waited for the device (ms).
+
+        Starting is device work (a CUDA context takes device memory, CUPTI starts): never
+        under another process's window. Where this process does not hold the device, it
+        starts under a shared hold, beside other processes' starts (``DeviceLock.starting``).
+        """
+        if self._backend is not None:
+            return 0.0
+        from pytest_gpuprof.capture import backends
+
+        s = self.settings
+        lock = self.lock()
+        starting = lock.starting() if lock is not None and not lock.held else contextlib.nullcontext(0.0)
+        with starting as waited:
+            self._backend = backends.create(
+                self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
+            )
+        return waited
 
     def lock(self) -> DeviceLock | None:
         """The device's lock among this plugin's processes (``--gpu-exclusive=auto``), or
@@ -190,7 +197,16 @@ class DeviceRuntime:
     def device(self) -> GpuDevice:
         from pytest_gpuprof.capture.device import GpuDevice
 
-        return GpuDevice(self.backend, self.backend.info())
+        return GpuDevice(self.backend, self.backend.info(), self._shared_rates())
+
+    def _shared_rates(self) -> tuple[Path, str] | None:
+        """Where the workers of one xdist run keep the device's calibrated rates: beside the
+        device's lock, under which each calibration runs alone; ``None`` outside such a run."""
+        run = getattr(self.config, "workerinput", {}).get("testrunuid")
+        lock = self.lock()
+        if not run or lock is None:
+            return None
+        return lock.path.with_suffix(".rates.json"), str(run)
 
     @cached_property
     def sampler(self) -> NvmlSampler | None:

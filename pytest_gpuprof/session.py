@@ -9,6 +9,7 @@ test: its profiler, its record, its warning or failure, its leak check, its view
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import warnings
 from dataclasses import replace
@@ -146,8 +147,7 @@ class GpuSession:
     def uses_device(self, item: pytest.Item) -> bool:
         """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
         marker, or a budget that measures its whole call."""
-        names = set(getattr(item, "fixturenames", ()))
-        if not names.isdisjoint({*FIXTURES, "gpu_device"}) or item.get_closest_marker("gpu") is not None:
+        if not _fixtures(item).isdisjoint({*FIXTURES, "gpu_device"}) or item.get_closest_marker("gpu") is not None:
             return True
         return self.measures_whole(item)
 
@@ -156,8 +156,18 @@ class GpuSession:
         processes from its set-up to its tear-down: its windows, and its unmeasured device
         work, never overlap another's window. CPU-only tests take no lock and run in
         parallel (``DeviceRuntime.hold``)."""
-        if self.runtime.runs_tests and self.uses_device(item):
-            self.waited[item.nodeid] = self.runtime.hold(item.nodeid)
+        if not (self.runtime.runs_tests and self.uses_device(item)):
+            return
+        started_ms = 0.0
+        if not self.runtime.started and (
+            self.measures_whole(item) or not _fixtures(item).isdisjoint({*FIXTURES, "gpu_device"})
+        ):
+            # the backend starts before the hold, beside other workers' starts (they would
+            # otherwise take turns at it); where it cannot start, the test's set-up says why
+            with contextlib.suppress(Exception):
+                started_ms = self.runtime.start()
+        waited_ms, holder = self.runtime.hold(item.nodeid)
+        self.waited[item.nodeid] = (started_ms + waited_ms, holder)
 
     def let_go(self) -> None:
         self.runtime.let_go()
@@ -396,3 +406,7 @@ def _warn(item: pytest.Item, message: str) -> bool:
     except GpuBudgetWarning:
         return False
     return True
+
+
+def _fixtures(item: pytest.Item) -> set[str]:
+    return set(getattr(item, "fixturenames", ()))

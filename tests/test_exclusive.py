@@ -34,6 +34,48 @@ def test_a_second_holder_waits_and_knows_for_whom(tmp_path, monkeypatch):
     second.release()
 
 
+def test_starts_share_the_device_with_each_other_but_never_with_a_hold(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    a, b, window = (DeviceLock("GPU-s", tmp_path) for _ in range(3))
+    with a.starting(), b.starting():  # two workers start side by side
+        got: list[tuple[float, str]] = []
+        waiter = threading.Thread(target=lambda: got.append(window.acquire("t.py::test_window")))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive() and not window.held  # a window waits for the starts
+    waiter.join(10)
+    assert window.held and got[0][1] == ""  # no holder of its own to name: starts write none
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD")  # the starter plays another process
+    started: list[float] = []
+    starter = threading.Thread(target=lambda: started.append(a.starting().__enter__()))
+    starter.start()
+    starter.join(0.2)
+    assert starter.is_alive() and not started  # and a start waits for the window
+    window.release()
+    starter.join(10)
+    assert len(started) == 1 and started[0] > 0
+    window.acquire("x")
+    with pytest.raises(RuntimeError, match="wait for itself"), window.starting():
+        pass
+    window.release()
+
+
+def test_a_released_hold_leaves_no_holder_to_name(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    first, starter, second = (DeviceLock("GPU-r", tmp_path) for _ in range(3))
+    first.acquire("t.py::test_gone")
+    first.release()
+    got: list[tuple[float, str]] = []
+    with starter.starting():  # the next holder waits, for a start, not for the test gone
+        waiter = threading.Thread(target=lambda: got.append(second.acquire("t.py::test_next")))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive()
+    waiter.join(10)
+    assert second.held and got[0][1] == ""
+    second.release()
+
+
 CHILD = (
     "import sys, time; from pathlib import Path; from pytest_gpuprof.capture.exclusive import DeviceLock;"
     "lock = DeviceLock('GPU-c', Path(sys.argv[1])); waited, holder = lock.acquire(sys.argv[2]);"

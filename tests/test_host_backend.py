@@ -306,3 +306,34 @@ def test_the_virtual_clocks_calibration_is_what_six_copies_would_measure():
         assert modeled[0] == 64 * (1 << 20) / int(64 * (1 << 20) / 24.0)
     finally:
         backend.close()
+
+
+def test_the_workers_of_one_run_calibrate_the_device_once(tmp_path):
+    from pytest_gpuprof.capture.clock import VirtualClock
+
+    backend = HostBackend(VirtualClock())
+    copies = []
+
+    class Counted:  # six timed copies each way, counted
+        def __getattr__(self, name):
+            if name == "modeled_copy_ns":
+                raise AttributeError(name)
+            if name in ("upload", "download"):
+                copies.append(name)
+            return getattr(backend, name)
+
+    rates = tmp_path / "GPU-x.rates.json"
+    try:
+        first = GpuDevice(Counted(), backend.info(), (rates, "run-1"))
+        measured = (first.h2d_gbps, first.d2h_gbps)
+        assert len(copies) == 12
+        # a second worker of the run reads the rates; one of another run measures again
+        second = GpuDevice(Counted(), backend.info(), (rates, "run-1"))
+        assert (second.h2d_gbps, second.d2h_gbps) == measured and len(copies) == 12
+        other = GpuDevice(Counted(), backend.info(), (rates, "run-2"))
+        assert (other.h2d_gbps, other.d2h_gbps) == measured and len(copies) == 24
+        rates.write_text("{not json")  # a torn or foreign file is measured over, never believed
+        assert GpuDevice(Counted(), backend.info(), (rates, "run-2")).h2d_gbps == measured[0]
+        assert len(copies) == 30
+    finally:
+        backend.close()

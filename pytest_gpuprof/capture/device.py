@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import tempfile
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis.model import MIB
@@ -10,11 +15,17 @@ from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
 
 
 class GpuDevice:
-    """Name, memory, PCIe link, and peak pinned bandwidths measured once per session."""
+    """Name, memory, PCIe link, and peak pinned bandwidths measured once per session.
 
-    def __init__(self, backend: Backend, info: DeviceInfo) -> None:
+    ``shared``: a file and a run's id, where the processes of one run (xdist workers, each
+    holding the device alone while it calibrates) keep the rates the first of them
+    measured, so that each worker does not copy 12 GiB again.
+    """
+
+    def __init__(self, backend: Backend, info: DeviceInfo, shared: tuple[Path, str] | None = None) -> None:
         self.backend = backend
         self.info = info
+        self.shared = shared
 
     @property
     def name(self) -> str:
@@ -40,12 +51,23 @@ class GpuDevice:
     @cached_property
     def h2d_gbps(self) -> float:
         """Peak pinned host-to-device bandwidth, GB/s (best of 5 timed copies, see below)."""
-        return self._best_gbps("upload")
+        return self._rate("upload")
 
     @cached_property
     def d2h_gbps(self) -> float:
         """Peak pinned device-to-host bandwidth, GB/s (best of 5 timed copies, see below)."""
-        return self._best_gbps("download")
+        return self._rate("download")
+
+    def _rate(self, direction: str) -> float:
+        """Measured here, or by an earlier process of this run on this device."""
+        if self.shared is None:
+            return self._best_gbps(direction)
+        path, run = self.shared
+        rates = _read_rates(path, run)
+        if direction not in rates:
+            rates[direction] = self._best_gbps(direction)
+            _keep(path, json.dumps({"run": run, **rates}))
+        return rates[direction]
 
     def _best_gbps(self, direction: str) -> float:
         """Bytes over the host time from issuing one copy to its stream being idle.
@@ -90,3 +112,32 @@ class GpuDevice:
 
     def __repr__(self) -> str:
         return f"GpuDevice({self.name!r}, {self.memory_bytes / (1 << 30):.0f} GiB, pcie {self.info.pcie})"
+
+
+def _read_rates(path: Path, run: str) -> dict[str, float]:
+    """The rates ``path`` holds for ``run``; none where it holds another run's or is unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("run") != run:
+        return {}
+    return {
+        k: float(v) for k, v in data.items() if k in ("upload", "download") and isinstance(v, int | float) and v > 0
+    }
+
+
+def _keep(path: Path, text: str) -> None:
+    """Write ``text`` whole to ``path``, or nothing where it cannot (another user's file in a
+    shared folder): the next process then measures the rates itself."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".rates.", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
