@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.analysis.model import GIB
+from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.config import Settings
 
 if TYPE_CHECKING:
@@ -277,6 +278,8 @@ class DeviceRuntime:
                 f"gpuprof: truth {self.backend.source.kind.name}; CUPTI {self.backend.source.status()}; NVML {self.nvml_status()}; "
                 f"GPM {self._gpm[1]}"
             )
+            if s.children and self.backend.source.kind == CUPTI:
+                lines.append(self._children_line())
         else:
             clock = (
                 "virtual clock (kernels and copies take exactly the time asked, host code none)"
@@ -291,6 +294,13 @@ class DeviceRuntime:
         where = f"; config {s.pyproject}" if s.pyproject else ""
         lines.append(f"gpuprof: budgets {mode}; rounds {s.rounds}, warmup {s.warmup}{where}")
         return lines
+
+    def _children_line(self) -> str:
+        from pytest_gpuprof.capture import injection
+
+        library, how = injection.library()
+        native = f"native ones by the injection library ({how})" if library else f"native ones not traced ({how})"
+        return f"gpuprof: the processes a test starts: Python ones traced by their start-up hook, {native}"
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:

@@ -58,9 +58,14 @@ class ChildWatch:
     """The parent's side, for one test: the folder its children write to, the environment
     that tells them, and what they left."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: tuple[Path | None, str] | None = None) -> None:
+        """``native``: the injection library for native children and how it was had, or
+        ``None`` and why not (``injection.library()`` where not given)."""
         self.folder = Path(tempfile.mkdtemp(prefix="gpuprof-children-"))
         self._saved: dict[str, str | None] | None = None
+        self._native = native
+        # why native children are not traced; None where the injection library traces them
+        self.native_why: str | None = NATIVE
         # the processes started while told that no record will come from
         self._untraced: list[ChildRecord] = []
 
@@ -77,12 +82,25 @@ class ChildWatch:
         if self._saved is not None:
             return
         global _TOLD
+        from pytest_gpuprof.capture import injection
+
         _TOLD = self
         _audit_starts()
-        self._saved = {key: os.environ.get(key) for key in (ENV, "PYTHONPATH")}
+        self._saved = {key: os.environ.get(key) for key in (ENV, "PYTHONPATH", injection.INJECTION)}
         os.environ[ENV] = str(self.folder)
         path = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = BOOTSTRAP + (os.pathsep + path if path else "")
+        library, how = self._native if self._native is not None else injection.library()
+        other = os.environ.get(injection.INJECTION)
+        if library is None:
+            self.native_why = native_not_traced(how)
+        elif other and Path(other) != library:
+            self.native_why = (
+                f"a native program: not traced ({injection.INJECTION} names another tool's library, {other})"
+            )
+        else:
+            os.environ[injection.INJECTION] = str(library)
+            self.native_why = None
 
     def untell(self) -> None:
         if self._saved is None:
@@ -102,6 +120,7 @@ class ChildWatch:
         import numpy as np
 
         from pytest_gpuprof.analysis.device_work import DeviceWork
+        from pytest_gpuprof.capture import injection
 
         out = []
         for meta_path in sorted(self.folder.glob("*.json"), key=lambda p: int(p.stem)):
@@ -112,11 +131,13 @@ class ChildWatch:
             pid = int(meta_path.stem)
             command, rank, started = str(meta.get("command", "?")), meta.get("rank"), meta.get("started")
             refused = meta.get("refused")
-            records = self.folder / f"{pid}.npz"
+            records = self.folder / (f"{pid}.native" if meta.get("native") else f"{pid}.npz")
             why = None
             work = None
             if refused:
                 why = f"not traced: {refused}"
+            elif records.suffix == ".native" and records.exists():
+                work = injection.read(records, pid)
             elif records.exists():
                 with np.load(records, allow_pickle=False) as data:
                     work = DeviceWork(data["rows"], [str(n) for n in data["names"]])
@@ -143,7 +164,13 @@ _TOLD: ChildWatch | None = None
 _AUDITED = False
 _PYTHON = re.compile(r"(^|/)(python|pypy)[\d.]*$")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
-NATIVE = "a native program: not traced (native children are not traced yet), its device work is not in this window"
+
+
+def native_not_traced(why: str) -> str:
+    return f"a native program: not traced ({why}); its device work is not in this window"
+
+
+NATIVE = native_not_traced("no injection library")
 OWN_ENV = "started with an environment of its own (env= without os.environ): not traced"
 
 
@@ -159,7 +186,7 @@ def _on_audit(event: str, args: tuple[Any, ...]) -> None:
     if _TOLD is None or event not in _STARTS:
         return
     argv, env = _STARTS[event](args)
-    why = untraced(argv, env)
+    why = untraced(argv, env, _TOLD.native_why)
     if why is not None:
         _TOLD.started(" ".join(argv), why)
 
@@ -179,9 +206,10 @@ _STARTS = {
 }
 
 
-def untraced(argv: list[str], env: Any) -> str | None:
+def untraced(argv: list[str], env: Any, native: str | None = NATIVE) -> str | None:
     """Why a process started with ``argv`` and ``env`` will not be traced; None where it will
-    (a Python interpreter that inherits the told environment), as far as its command says."""
+    (a Python interpreter, or a native program where the injection library is in place:
+    ``native`` None, that inherits the told environment), as far as its command says."""
     if not argv:
         return None
     if env is not None and ENV not in env and os.fsencode(ENV) not in env:
@@ -191,7 +219,7 @@ def untraced(argv: list[str], env: Any) -> str | None:
         programs = argv[2].split()  # a shell's command line: traced where it runs Python
     if any(_PYTHON.search(p) or os.path.realpath(p) == os.path.realpath(sys.executable) for p in programs):
         return None
-    return NATIVE
+    return native
 
 
 def _alive(pid: int) -> bool:
@@ -214,15 +242,21 @@ def _alive(pid: int) -> bool:
 
 def start_in_child(folder: str) -> None:
     """Record this process's device work, and write it to ``folder`` as it exits."""
-    from pytest_gpuprof.capture import cupti_trace
+    from pytest_gpuprof.capture import cupti_trace, injection
 
     pid = os.getpid()
     argv = getattr(sys, "orig_argv", [sys.executable.rsplit("/", 1)[-1], *sys.argv])
     meta: dict[str, Any] = {"command": " ".join(argv)[:300], "started": time.perf_counter_ns()}
     if os.environ.get("RANK", "").isdigit():
         meta["rank"] = int(os.environ["RANK"])
+    # set before CUPTI starts (which may start the driver): the injection library, where
+    # the driver loads it here too, leaves this process to cupti-python
+    os.environ[injection.PYTHON_PID] = str(pid)
     capture, status = cupti_trace.start(nvtx=False)
     if capture is None:
+        del os.environ[injection.PYTHON_PID]
+        if os.path.isfile(os.environ.get(injection.INJECTION, "")):
+            return  # the injection library records this process where it starts CUDA
         meta["refused"] = status
     _write(Path(folder) / f"{pid}.json", json.dumps(meta).encode())
     if capture is None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,41 @@ def test_a_child_killed_mid_window_is_said_to_be_lost(traced, tmp_path):
     print(f"\nkilled: {child}; notes {m.notes}; {time.perf_counter() - started:.1f} s")
     assert child.kernel_ms is None and "lost" in (child.why or "")
     assert any("of 2 processes traced" in n and f"pid {child.pid}" in n for n in m.notes)
+
+
+def test_a_native_cuda_program_is_traced_by_the_injection_library(gpuprof, tmp_path):
+    """A C program on the driver API (a PTX kernel spinning 5 ms on the GPU's timer, 1 + 20
+    launches), built here, traced through ``CUDA_INJECTION64_PATH``."""
+    import shutil
+
+    from pytest_gpuprof.capture import injection
+
+    if gpuprof.backend.source.kind.name != "cupti":
+        pytest.skip("children are traced with CUPTI, as the test is")
+    library, how = injection.library()
+    found = injection.cuda_dirs()
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if library is None or found is None or compiler is None:
+        pytest.skip(f"no injection library here: {how}")
+    includes, lib = found
+    program = tmp_path / "native-spin"
+    stubs = [f"-L{d}" for d in (lib / "stubs", lib.parent / "lib64" / "stubs") if d.is_dir()]
+    source = str(Path(__file__).with_name("native_spin.c"))
+    subprocess.run(
+        [compiler, "-O2", *(f"-I{d}" for d in includes), source, "-o", str(program), *stubs, "-lcuda"], check=True
+    )
+    out: list[str] = []
+
+    def run() -> None:
+        done = subprocess.run([str(program), "20", "5000000"], capture_output=True, text=True, check=True)
+        out.append(done.stdout)
+
+    m = gpuprof.measure(run, rounds=1, warmup=0)
+    events = float(out[-1].split("EVENTS_MS=")[1])
+    _, child = m.processes
+    print(f"\nnative: {m.processes}; events {events:.3f} ms; window kernel_ms {m.kernel_ms:.3f}; notes {m.notes}")
+    assert child.command.startswith(str(program)) and child.why is None and child.kernel_ms is not None
+    assert child.kernel_ms == pytest.approx(events * 21 / 20, rel=0.02)  # the warm-up kernel as well
+    assert child.kernel_ms == pytest.approx(21 * 5.0, rel=0.02)  # each spins 5 ms
+    assert child.copy_ms is not None and child.copy_ms > 0  # its 64 MiB upload
+    assert m.kernel_ms >= child.kernel_ms

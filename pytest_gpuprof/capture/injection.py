@@ -1,0 +1,172 @@
+"""The native programs a test starts: traced by a CUPTI injection library
+(``_native/inject.c``) that the CUDA driver loads into each process that starts CUDA while
+``CUDA_INJECTION64_PATH`` names it, as Nsight Systems traces a process tree.
+
+``library()`` builds it on first use where a C compiler and CUPTI's headers are found and
+keeps it in the user's cache, keyed by everything that went into it; where it cannot be
+built it says why, and the windows say that native children were not traced. ``read``
+turns the records a native child wrote into ``DeviceWork`` rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from pytest_gpuprof.analysis.device_work import NO_SPAN, ROW, DeviceWork
+from pytest_gpuprof.analysis.model import KINDS
+
+SOURCE = Path(__file__).resolve().parents[1] / "_native" / "inject.c"
+INJECTION = "CUDA_INJECTION64_PATH"
+# the pid of a Python child whose start-up hook records it with cupti-python: the library
+# leaves that process alone (one CUPTI subscriber a process)
+PYTHON_PID = "PYTEST_GPUPROF_PYTHON_PID"
+
+
+@functools.cache
+def library() -> tuple[Path | None, str]:
+    """The built library and how it was had, or ``None`` and why it cannot be."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        return None, "no C compiler (cc, gcc, clang or $CC) to build the injection library"
+    found = cuda_dirs()
+    if found is None:
+        return (
+            None,
+            "CUPTI's headers (cupti.h with cuda.h) not found under $CUDA_HOME, /usr/local/cuda or NVIDIA's wheels",
+        )
+    includes, lib = found
+    header = next(d / "cupti_activity.h" for d in includes if (d / "cupti_activity.h").exists())
+    layouts = newest_layouts(header.read_text(errors="replace"))
+    if layouts is None:
+        return None, f"{header}: no kernel, memcpy or memset record layout found"
+    flags = [f"-DGPUPROF_{k}={v}" for k, v in layouts.items()]
+    command = [compiler, "-shared", "-fPIC", "-O2", *flags, *(f"-I{d}" for d in includes), str(SOURCE)]
+    command += [f"-L{lib}", "-lcupti", f"-Wl,-rpath,{lib}", "-pthread"]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *command]).encode()).hexdigest()[:16]
+    target = cache_folder() / f"libgpuprof-inject-{key}.so"
+    if target.exists():
+        return target, f"built at {target}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".inject.", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([*command, "-o", tmp], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0 or Path(tmp).read_bytes()[:4] != b"\x7fELF":
+            last = (done.stderr.strip().splitlines() or ["no library written"])[-1]
+            return None, f"building the injection library failed ({compiler}): {last}"
+        os.replace(tmp, target)  # whole or not at all: two workers may build it at once
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"building the injection library failed: {e}"
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target, f"built at {target}"
+
+
+def cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-gpuprof"
+
+
+def cuda_dirs() -> tuple[list[Path], Path] | None:
+    """The include folders holding ``cupti.h`` and ``cuda.h``, and the folder of
+    ``libcupti.so``: from one CUDA installation or NVIDIA's wheels, the first found."""
+    for root in _roots():
+        includes = [d for d in _includes(root) if d.is_dir()]
+        cupti = next((d for d in includes if (d / "cupti.h").exists()), None)
+        cuda = next((d for d in includes if (d / "cuda.h").exists()), None)
+        lib = next((d for d in _libs(root) if any(d.glob("libcupti.so*"))), None)
+        if cupti is not None and cuda is not None and lib is not None:
+            return list(dict.fromkeys([cupti, cuda])), lib
+    return None
+
+
+def _roots() -> Iterable[Path]:
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(name):
+            yield Path(os.environ[name])
+    yield Path("/usr/local/cuda")
+    for entry in sys.path:  # NVIDIA's wheels: nvidia/cuda_cupti, nvidia/cu13, ...
+        nvidia = Path(entry or ".") / "nvidia"
+        if nvidia.is_dir():
+            yield nvidia
+
+
+def _includes(root: Path) -> Iterable[Path]:
+    yield root / "include"
+    yield root / "extras" / "CUPTI" / "include"
+    yield from root.glob("targets/*/include")
+    yield from root.glob("*/include")
+
+
+def _libs(root: Path) -> Iterable[Path]:
+    for name in ("lib64", "lib", "extras/CUPTI/lib64"):
+        yield root / name
+    yield from root.glob("targets/*/lib")
+    yield from root.glob("*/lib")
+
+
+def newest_layouts(header: str) -> dict[str, str] | None:
+    """The newest record struct the header declares for kernels, copies and memsets
+    (CUPTI keeps the older ones for old code; the library fills in the newest)."""
+    out = {}
+    for key, stem in (("KERNEL", "Kernel"), ("MEMCPY", "Memcpy"), ("MEMSET", "Memset")):
+        versions = [int(v or 1) for v in re.findall(rf"\}}\s*CUpti_Activity{stem}(\d*)\s*;", header)]
+        if not versions:
+            return None
+        newest = max(versions)
+        out[key] = f"CUpti_Activity{stem}{newest if newest > 1 else ''}"
+    return out
+
+
+def read(path: Path, pid: int) -> DeviceWork:
+    """The device work a native child wrote (``inject.c``'s lines), its streams its own."""
+    names: dict[str, int] = {}
+    rows: list[tuple[object, ...]] = []
+    for line in path.read_text(errors="replace").splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "k":
+            start, end, stream, blocks, threads, registers, shared, name = rest.split(" ", 7)
+            code = names.setdefault(name, len(names))
+            rows.append((0, start, end, stream, code, "0", False, blocks, threads, registers, shared))
+        elif kind == "c":
+            start, end, stream, nbytes, copy_kind, pageable = rest.split(" ")
+            code = names.setdefault(copy_kind, len(names))
+            rows.append((1, start, end, stream, code, nbytes, pageable == "1", "0", "0", "0", "0"))
+        elif kind == "m":
+            start, end, stream, nbytes = rest.split(" ")
+            rows.append(
+                (2, start, end, stream, names.setdefault("memset", len(names)), nbytes, False, "0", "0", "0", "0")
+            )
+    return DeviceWork(_rows(rows, pid), list(names))
+
+
+_KIND_CODES = (KINDS.index("kernel"), KINDS.index("memcpy"), KINDS.index("memset"))
+
+
+def _rows(parsed: list[tuple[object, ...]], pid: int) -> np.ndarray:
+    out = np.zeros(len(parsed), dtype=ROW)
+    if not parsed:
+        return out
+    columns = list(zip(*parsed, strict=True))
+    out["kind"] = np.take(_KIND_CODES, np.array(columns[0], dtype=np.int64))
+    out["start"] = np.array(columns[1], dtype=np.int64)
+    out["end"] = np.array(columns[2], dtype=np.int64)
+    out["stream"] = (pid << 32) | np.array(columns[3], dtype=np.int64)  # streams of its own
+    out["name"] = np.array(columns[4], dtype=np.int32)
+    out["bytes"] = np.array(columns[5], dtype=np.int64)
+    out["pageable"] = np.array(columns[6], dtype=bool)
+    out["span_id"] = NO_SPAN
+    for field, column in zip(("blocks", "threads", "registers", "shared"), columns[7:], strict=True):
+        out[field] = np.array(column, dtype=np.int64)
+    return out

@@ -1,0 +1,1 @@
+#include "cupti_activity.h"

@@ -1,0 +1,170 @@
+"""Native children: the injection library built from CUPTI's headers and loaded into a
+native program, its records read into the test's window; where it cannot be built or CUPTI
+refuses it, the program is listed as not seen, never 0.
+
+CUPTI here is a stand-in (``tests/fake_cupti``: its header's layouts and a libcupti that
+hands over three records at the flush), and the native program loads the library as the
+CUDA driver does; the real CUPTI and driver are ``tests/gpu/test_child_processes.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof.capture import injection
+from pytest_gpuprof.capture.children import ChildWatch
+
+FAKE = Path(__file__).with_name("fake_cupti")
+CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler to build the injection library")
+
+
+@pytest.fixture
+def fake_cuda(tmp_path, monkeypatch):
+    """A CUDA installation holding the stand-in CUPTI, the only one the build looks in; and
+    the native program."""
+    assert CC is not None
+    root = tmp_path / "cuda"
+    (root / "include").mkdir(parents=True)
+    (root / "lib64").mkdir()
+    for header in ("cupti.h", "cupti_activity.h", "cuda.h"):
+        shutil.copy(FAKE / header, root / "include")
+    build = [CC, "-shared", "-fPIC", "-I", str(root / "include"), str(FAKE / "fake_cupti.c")]
+    subprocess.run([*build, "-o", str(root / "lib64" / "libcupti.so")], check=True)
+    program = tmp_path / "native-program"
+    subprocess.run([CC, "-o", str(program), str(FAKE / "program.c"), "-ldl"], check=True)
+    monkeypatch.setattr(injection, "_roots", lambda: iter([root]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(injection.INJECTION, raising=False)
+    monkeypatch.delenv(injection.PYTHON_PID, raising=False)
+    injection.library.cache_clear()
+    yield program
+    injection.library.cache_clear()
+
+
+def run_in_window(*commands: list[str], env: dict[str, str] | None = None):
+    """The processes of one window in which each command ran."""
+    from pytest_gpuprof.capture.backends.host import HostBackend
+    from pytest_gpuprof.profiler import Profiler
+
+    watch, backend = ChildWatch(), HostBackend()
+    try:
+        profiler = Profiler(backend, children=watch)
+        with profiler.window("w") as done, profiler.step("run"):
+            for command in commands:
+                subprocess.run(command, env={**os.environ, **(env or {})}, check=False)
+        profiler.end()
+        return done[0].metrics, watch
+    finally:
+        watch.close()
+        backend.close()
+
+
+def test_the_library_is_built_once_against_the_headers_newest_records(fake_cuda, tmp_path):
+    library, how = injection.library()
+    assert library is not None and library.parent == tmp_path / "cache" / "pytest-gpuprof"
+    assert how == f"built at {library}"
+    built = library.stat().st_mtime_ns
+    injection.library.cache_clear()
+    assert injection.library()[0] == library and library.stat().st_mtime_ns == built  # kept, not built again
+    header = (FAKE / "cupti_activity.h").read_text()
+    assert injection.newest_layouts(header) == {
+        "KERNEL": "CUpti_ActivityKernel3",
+        "MEMCPY": "CUpti_ActivityMemcpy3",
+        "MEMSET": "CUpti_ActivityMemset3",
+    }
+
+
+def test_a_native_childs_kernels_copies_and_memsets_are_the_windows(fake_cuda):
+    m, _ = run_in_window([str(fake_cuda)], env={"RANK": "3"})
+    own, child = m.processes
+    assert own.pid == os.getpid()
+    assert child.command == str(fake_cuda) and child.rank == 3 and child.why is None
+    # the stand-in's records: a 2 ms kernel, a 0.5 ms copy, in CUPTI's clock moved to the test's
+    assert child.kernel_ms == pytest.approx(2.0, abs=1e-6) and child.copy_ms == pytest.approx(0.5, abs=1e-6)
+    assert m.kernel_ms >= 2.0 - 1e-6
+    assert m.notes == () or not any("processes traced" in n for n in m.notes)
+
+
+def test_the_records_are_read_as_the_library_wrote_them(fake_cuda, tmp_path):
+    library, _ = injection.library()
+    folder = tmp_path / "children"
+    folder.mkdir()
+    env = {**os.environ, injection.INJECTION: str(library), "PYTEST_GPUPROF_CHILDREN": str(folder)}
+    done = subprocess.run([str(fake_cuda)], env=env, check=False)
+    assert done.returncode == 0
+    (native,) = folder.glob("*.native")
+    work = injection.read(native, int(native.stem))
+    kinds = [(d.kind, d.name, d.bytes, d.pageable) for d in work]
+    assert kinds == [
+        ("kernel", "_Z4spinPy", 0, False),
+        ("memcpy", "HTOD", 4096, True),
+        ("memset", "memset", 512, False),
+    ]
+    kernel = work[0]
+    assert (kernel.end - kernel.start, kernel.stream >> 32) == (2_000_000, int(native.stem))
+    assert work.rows[0]["blocks"] == 4 and work.rows[0]["threads"] == 256 and work.rows[0]["shared"] == 1024
+
+
+def test_a_python_child_recorded_by_cupti_python_is_left_alone(fake_cuda, tmp_path):
+    library, _ = injection.library()
+    folder = tmp_path / "children"
+    folder.mkdir()
+    env = {**os.environ, injection.INJECTION: str(library), "PYTEST_GPUPROF_CHILDREN": str(folder)}
+    subprocess.run(["/bin/sh", "-c", f'{injection.PYTHON_PID}=$$ exec "$0"', str(fake_cuda)], env=env, check=True)
+    assert list(folder.iterdir()) == []  # one CUPTI subscriber a process: cupti-python's
+
+
+def test_a_killed_native_child_is_said_to_be_lost(fake_cuda):
+    m, _ = run_in_window([str(fake_cuda), "die"])
+    _, child = m.processes
+    assert child.kernel_ms is None and child.why == "killed or crashed before writing its records: lost"
+    assert any(n.startswith("1 of 2 processes traced;") for n in m.notes)
+
+
+def test_a_native_child_cupti_refuses_is_not_seen_and_says_why(fake_cuda):
+    m, _ = run_in_window([str(fake_cuda)], env={"FAKE_CUPTI_REFUSE": "1"})
+    _, child = m.processes
+    assert child.kernel_ms is None and child.copy_ms is None
+    assert child.why == (
+        "not traced: CUPTI refused the injection library: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+    )
+
+
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        ("compiler", "building the injection library failed"),
+        ("headers", "CUPTI's headers (cupti.h with cuda.h) not found"),
+    ],
+)
+def test_where_the_library_cannot_be_built_a_native_child_is_not_seen(fake_cuda, monkeypatch, tmp_path, broken, why):
+    if broken == "compiler":
+        monkeypatch.setenv("CC", str(fake_cuda))  # runs, and builds nothing
+    else:
+        monkeypatch.setattr(injection, "_roots", lambda: iter([tmp_path / "nowhere"]))
+    library, how = injection.library()
+    assert library is None and how.startswith(why)
+    m, watch = run_in_window([str(fake_cuda)])
+    _, child = m.processes
+    assert child.pid is None and child.kernel_ms is None
+    assert child.why == f"a native program: not traced ({how}); its device work is not in this window"
+    assert watch.native_why == child.why
+
+
+def test_another_tools_injection_is_kept_and_said(fake_cuda, monkeypatch):
+    monkeypatch.setenv(injection.INJECTION, "/opt/nsight/libToolsInjection64.so")
+    m, _ = run_in_window([str(fake_cuda)])
+    _, child = m.processes
+    assert child.kernel_ms is None and "names another tool's library, /opt/nsight/" in (child.why or "")
+    assert os.environ[injection.INJECTION] == "/opt/nsight/libToolsInjection64.so"
+
+
+def test_cuda_home_is_looked_in_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert next(iter(injection._roots())) == tmp_path
