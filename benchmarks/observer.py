@@ -14,7 +14,8 @@ costs, ``plugin-no-sample``, ``plugin-no-nvml``, ``plugin-no-nvtx``,
 ``plugin-no-sample-no-nvtx`` (what sampling and NVTX cost together) and
 ``plugin-sample-2ms``/``-5ms`` (the stack sampler's period set by the child's conftest);
 ``plugin-timed`` (everything on, but the test times its rounds itself, as ``untraced``
-does, without ``measure()``'s windows).
+does, without ``measure()``'s windows); ``child`` (the ``untraced`` process started as a
+measured test starts its children: its start-up hook records its device work with CUPTI).
 
 Every run warms the loop up (compiling, caching), then times ``ROUNDS[loop]`` rounds; a
 round's wall is its host time to the end of its device work (a synchronize). Printed:
@@ -144,7 +145,7 @@ PLUGIN_FLAGS = {
 }
 # the stack sampler's period, set before the test creates the sampler
 PERIODS = {"plugin-sample-2ms": 0.002, "plugin-sample-5ms": 0.005}
-MODES = ["untraced", "profiler", *PLUGIN_FLAGS]
+MODES = ["untraced", "profiler", *PLUGIN_FLAGS, "child"]
 
 TEST = """
 from observed_loop import make_round
@@ -246,6 +247,32 @@ def child(loop: str, mode: str) -> dict[str, float]:
     return plugin(loop, PLUGIN_FLAGS[mode], PERIODS.get(mode), timed=mode == "plugin-timed")
 
 
+def traced_child_env(folder: str) -> dict[str, str]:
+    """The environment a measured test gives the processes it starts (``capture.children``)."""
+    import os
+
+    from pytest_gpuprof.capture.children import BOOTSTRAP, ENV
+
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, ENV: folder, "PYTHONPATH": BOOTSTRAP + (os.pathsep + path if path else "")}
+
+
+def child_kernel_ms(folder: Path) -> float | None:
+    """The kernel time the traced child wrote (the union of its kernels), None if it wrote none."""
+    import numpy as np
+
+    from pytest_gpuprof.analysis import intervals
+    from pytest_gpuprof.analysis.device_work import DeviceWork
+
+    written = list(folder.glob("*.npz"))
+    if not written:
+        return None
+    with np.load(written[0]) as data:
+        work = DeviceWork(data["rows"], [str(n) for n in data["names"]])
+    spans = work.where(work.of_kind("kernel")).spans()
+    return intervals.covered_length(spans, (0, 2**62)) / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("loops", nargs="*", default=list(LOOPS))
@@ -264,13 +291,20 @@ def main() -> None:
         results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
         for run in range(args.runs):
             for mode in modes:  # modes in turn, so that drift spreads over all of them
-                out = subprocess.run(
-                    [sys.executable, __file__, "--child", loop, mode], capture_output=True, text=True, check=False
-                )
-                if out.returncode != 0:
-                    print(json.dumps({"loop": loop, "mode": mode, "error": out.stderr[-1500:]}), flush=True)
-                    continue
-                figures = json.loads(out.stdout.strip().splitlines()[-1])
+                with tempfile.TemporaryDirectory() as told:
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--child", loop, "untraced" if mode == "child" else mode],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                        env=traced_child_env(told) if mode == "child" else None,
+                    )
+                    if out.returncode != 0:
+                        print(json.dumps({"loop": loop, "mode": mode, "error": out.stderr[-1500:]}), flush=True)
+                        continue
+                    figures = json.loads(out.stdout.strip().splitlines()[-1])
+                    if mode == "child":
+                        figures["kernel_ms"] = child_kernel_ms(Path(told))
                 results[mode].append(figures)
                 print(json.dumps({"loop": loop, "mode": mode, "run": run, **figures}), flush=True)
         base = [r["wall_ms"] for r in results.get("untraced", [])]

@@ -136,3 +136,32 @@ def test_a_native_cuda_program_is_traced_by_the_injection_library(gpuprof, tmp_p
     assert child.kernel_ms == pytest.approx(21 * 5.0, rel=0.02)  # each spins 5 ms
     assert child.copy_ms is not None and child.copy_ms > 0  # its 64 MiB upload
     assert m.kernel_ms >= child.kernel_ms
+
+
+RANKS = """
+import os
+import torch
+rank = int(os.environ["RANK"])
+x = torch.ones(4096, 4096, device="cuda")
+for _ in range(20 * (rank + 1)):  # rank 1 does twice rank 0's matmuls
+    x = (x @ x).clamp_(max=1.0)
+torch.cuda.synchronize()
+"""
+
+
+def test_torchrun_ranks_are_processes_with_their_ranks(traced, tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+
+    def run() -> None:
+        subprocess.run(command, check=True, capture_output=True, timeout=240)
+
+    m = traced.measure(run, rounds=1, warmup=0)
+    print(f"\ntorchrun: {m.processes}; window kernel_ms {m.kernel_ms:.3f}; notes {m.notes}")
+    ranks = {p.rank: p for p in m.processes if p.rank is not None}
+    assert sorted(ranks) == [0, 1]
+    zero, one = ranks[0].kernel_ms, ranks[1].kernel_ms
+    assert zero is not None and one is not None and zero > 0
+    assert one == pytest.approx(2 * zero, rel=0.25)  # twice the matmuls; cuBLAS's set-up in each
+    assert m.kernel_ms >= max(zero, one)
