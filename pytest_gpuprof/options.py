@@ -144,7 +144,8 @@ TABLE: tuple[Option, ...] = (
     ),
     Option(
         "--gpu-children",
-        "trace the device work of the Python processes a test starts into its windows (CUPTI only)",
+        "trace the device work of the processes a test starts (Python ones by a start-up hook, native ones by "
+        "CUPTI's injection library) into its windows (CUPTI only)",
         key="children",
         default="on",
         choices=SWITCH,
