@@ -208,3 +208,27 @@ def test_outside_a_told_window_nothing_is_listed():
 )
 def test_which_started_processes_are_traced(argv, env, why):
     assert children.untraced(argv, env) == why
+
+
+def test_each_process_is_a_group_of_lanes_the_tests_own_first():
+    from pytest_gpuprof.analysis import lanes
+    from pytest_gpuprof.analysis.timeline import Timeline
+
+    child, other = 812, 97
+    device = (
+        DeviceInterval("kernel", 2 * MS, 3 * MS, stream=(child << 32) | 7, name="k"),
+        DeviceInterval("memcpy", 1 * MS, 2 * MS, stream=(child << 32) | 7, bytes=8),
+        DeviceInterval("kernel", 0, MS, stream=7, name="k"),
+        DeviceInterval("kernel", 0, MS, stream=(other << 32) | 3, name="k"),
+    )
+    processes = (
+        ProcessFigures(1, "this test's process", None, 1.0, 0.0),
+        ProcessFigures(child, "python train.py --epochs 3 --data /a/long/path/to/the/dataset", 0, 1.0, 1.0),
+    )
+    drawn, _ = lanes.build(Timeline(0, 4 * MS, "cupti", device=device, processes=processes))
+    assert [lane.name for lane in drawn if lane.kind in ("kernel", "memcpy")] == [
+        "kernels, stream 7",
+        "pid 97: kernels, stream 3",  # its figures not listed: named by its pid alone
+        "pid 812 (python train.py --epochs 3 --data /a/lo…, rank 0): kernels, stream 7",
+        "pid 812 (python train.py --epochs 3 --data /a/lo…, rank 0): memcpys, stream 7",
+    ]

@@ -13,6 +13,7 @@ from typing import Any
 from pytest_gpuprof.analysis.metrics import host_during_idle, idle_stretches
 from pytest_gpuprof.analysis.names import readable, short_names
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
+from pytest_gpuprof.analysis.processes import ProcessFigures
 from pytest_gpuprof.analysis.timeline import Timeline
 
 
@@ -67,8 +68,10 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
             # the fraction of the SMs its grid covered: the page shades the kernel by it
             args["SMs"] = round(coverage(Geometry(d.blocks, d.threads, d.registers, d.shared), timeline.sm), 4)
         device[(d.kind, d.stream)].append(Item(d.start - t0, d.end - t0, shown[d.name] if d.name else d.kind, args))
-    for (kind, stream), items in sorted(device.items()):
-        lanes.append(Lane(f"{kind}s, stream {stream}", kind, items))
+    # a group of lanes per process, the test's own first: a child's streams carry its pid
+    # in their high bits (``capture.children``)
+    for (kind, stream), items in sorted(device.items(), key=lambda kv: (kv[0][1] >> 32, kv[0])):
+        lanes.append(Lane(device_lane(kind, stream, timeline.processes), kind, items))
     idle = idle_items(timeline)
     if idle:
         lanes.append(Lane("kernel-idle, charged to", "idle", idle))
@@ -83,6 +86,21 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         if points:
             counters.append(Counter(name, unit, points))
     return lanes, counters
+
+
+def device_lane(kind: str, stream: int, processes: tuple[ProcessFigures, ...]) -> str:
+    """``kernels, stream 7``; on a process the test started, ``pid 812 (python train.py,
+    rank 0): kernels, stream 7``."""
+    pid = stream >> 32
+    if not pid:
+        return f"{kind}s, stream {stream}"
+    who = next((p for p in processes if p.pid == pid), None)
+    said = ""
+    if who is not None:
+        rank = f", rank {who.rank}" if who.rank is not None else ""
+        command = who.command if len(who.command) <= 40 else who.command[:39] + "…"
+        said = f" ({command}{rank})"
+    return f"pid {pid}{said}: {kind}s, stream {stream & 0xFFFFFFFF}"
 
 
 def idle_items(timeline: Timeline) -> list[Item]:
