@@ -16,7 +16,21 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 SCRIPT = """
+import contextlib
+import sys
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+profiling = "--profile" in sys.argv  # the reference: torch.profiler's kernel time, untraced
+with profile(activities=[ProfilerActivity.CUDA]) if profiling else contextlib.nullcontext() as prof:
+    exec(BODY)
+if profiling:
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    print(f"PROFILER_MS={sum(e.time_range.elapsed_us() for e in kernels) / 1e3:.3f}")
+"""
+
+BODY = """
 x = torch.ones(8192, 8192, device="cuda")
 y = x @ x  # cuBLAS starts here, its set-up before the kernel: outside the events below
 torch.cuda.synchronize()
@@ -39,8 +53,22 @@ def traced(gpuprof):
 
 
 def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
+    import os
+
+    from pytest_gpuprof.capture.children import ENV
+
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+    script.write_text(f"BODY = {BODY!r}\n{SCRIPT}")
+    # the references, untraced (an environment without the plugin's variable): torch.profiler's
+    # kernel time inside the script, and the script's wall
+    untold = {k: v for k, v in os.environ.items() if k != ENV}
+    reference = subprocess.run(
+        [sys.executable, str(script), "--profile"], capture_output=True, text=True, check=True, env=untold
+    )
+    profiler_ms = float(reference.stdout.split("PROFILER_MS=")[1])
+    started = time.perf_counter()
+    subprocess.run([sys.executable, str(script)], capture_output=True, check=True, env=untold)
+    untraced_wall_ms = 1e3 * (time.perf_counter() - started)
     out: list[str] = []
 
     def run() -> None:
@@ -50,12 +78,18 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     m = traced.measure(run, rounds=1, warmup=0)
     events = float(out[-1].split("EVENTS_MS=")[1])
     own, child = m.processes
-    assert own.pid == __import__("os").getpid()  # the test's own process first
-    print(f"\nsubprocess: {m.processes}; events {events:.3f} ms; window kernel_ms {m.kernel_ms:.3f}, notes {m.notes}")
+    assert own.pid == os.getpid()  # the test's own process first
+    print(
+        f"\nsubprocess: {m.processes}; events {events:.3f} ms; torch.profiler {profiler_ms:.3f} ms; "
+        f"untraced wall {untraced_wall_ms:.1f} ms; window kernel_ms {m.kernel_ms:.3f}, wall {m.wall_ms:.1f} ms, "
+        f"utilization {m.utilization:.4f}; notes {m.notes}"
+    )
     assert child.command.endswith("train.py") and child.kernel_ms is not None
     # its 20 timed matmuls, the warm-up one like them, and the fill before (tens of microseconds)
     assert child.kernel_ms == pytest.approx(events * 21 / 20, rel=0.02)
-    assert m.kernel_ms >= child.kernel_ms and m.utilization > 0
+    assert child.kernel_ms == pytest.approx(profiler_ms, rel=0.02)
+    assert m.utilization == pytest.approx(child.kernel_ms / untraced_wall_ms, abs=0.02)
+    assert m.kernel_ms >= child.kernel_ms
 
 
 def _matmuls(n: int) -> float:
@@ -82,9 +116,8 @@ def test_a_spawn_pool_of_two_workers_is_one_window(traced):
 
 def test_a_child_killed_mid_window_is_said_to_be_lost(traced, tmp_path):
     script = tmp_path / "hang.py"
-    script.write_text(
-        SCRIPT.replace('print(f"EVENTS_MS', 'print("READY", flush=True)\nimport time; time.sleep(60)\nprint(f"')
-    )
+    hang = BODY.replace('print(f"EVENTS_MS', 'print("READY", flush=True)\nimport time; time.sleep(60)\nprint(f"')
+    script.write_text(f"BODY = {hang!r}\n{SCRIPT}")
 
     def run() -> None:
         child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
