@@ -172,10 +172,18 @@ class DeviceRuntime:
 
         return nvml.uuid(self.device_index) or f"cuda-pci-{self.device_index}"
 
-    def hold(self, who: str) -> tuple[float, str]:
-        """Hold the device for ``who`` until ``let_go``: the time waited (ms), and whom for."""
+    def hold(self, who: str, *, start: bool = False) -> tuple[float, str]:
+        """Hold the device for ``who`` until ``let_go``: the time waited (ms), and whom for.
+
+        ``start``: start the backend first, beside other processes' starts (under the hold
+        they would take turns at it); where it cannot start, the test's set-up says why."""
+        started_ms = 0.0
+        if start and not self.started:
+            with contextlib.suppress(Exception):
+                started_ms = self.start()
         lock = self.lock()
-        return (0.0, "") if lock is None else lock.acquire(who)
+        waited_ms, holder = (0.0, "") if lock is None else lock.acquire(who)
+        return started_ms + waited_ms, holder
 
     def let_go(self) -> None:
         if self._lock is not None:

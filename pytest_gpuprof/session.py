@@ -9,7 +9,6 @@ test: its profiler, its record, its warning or failure, its leak check, its view
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import warnings
 from dataclasses import replace
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
 PROFILER = pytest.StashKey["Profiler"]()
 # the fixtures that measure a test; a test with a budget and neither is measured whole
 FIXTURES = frozenset({"gpuprof", "gpu_workload"})
+DEVICE_FIXTURES = FIXTURES | {"gpu_device"}
 
 
 class GpuBudgetWarning(UserWarning):
@@ -147,27 +147,18 @@ class GpuSession:
     def uses_device(self, item: pytest.Item) -> bool:
         """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
         marker, or a budget that measures its whole call."""
-        if not _fixtures(item).isdisjoint({*FIXTURES, "gpu_device"}) or item.get_closest_marker("gpu") is not None:
-            return True
-        return self.measures_whole(item)
+        return item.get_closest_marker("gpu") is not None or self._starts_backend(item)
+
+    def _starts_backend(self, item: pytest.Item) -> bool:
+        names = getattr(item, "fixturenames", ())
+        return not DEVICE_FIXTURES.isdisjoint(names) or self.measures_whole(item)
 
     def hold_device(self, item: pytest.Item) -> None:
         """Under ``--gpu-exclusive=auto``, hold the test's device alone among this plugin's
-        processes from its set-up to its tear-down: its windows, and its unmeasured device
-        work, never overlap another's window. CPU-only tests take no lock and run in
-        parallel (``DeviceRuntime.hold``)."""
-        if not (self.runtime.runs_tests and self.uses_device(item)):
-            return
-        started_ms = 0.0
-        if not self.runtime.started and (
-            self.measures_whole(item) or not _fixtures(item).isdisjoint({*FIXTURES, "gpu_device"})
-        ):
-            # the backend starts before the hold, beside other workers' starts (they would
-            # otherwise take turns at it); where it cannot start, the test's set-up says why
-            with contextlib.suppress(Exception):
-                started_ms = self.runtime.start()
-        waited_ms, holder = self.runtime.hold(item.nodeid)
-        self.waited[item.nodeid] = (started_ms + waited_ms, holder)
+        processes from its set-up to its tear-down (``DeviceRuntime.hold``); CPU-only tests
+        take no lock and run in parallel."""
+        if self.runtime.runs_tests and self.uses_device(item):
+            self.waited[item.nodeid] = self.runtime.hold(item.nodeid, start=self._starts_backend(item))
 
     def let_go(self) -> None:
         self.runtime.let_go()
@@ -406,7 +397,3 @@ def _warn(item: pytest.Item, message: str) -> bool:
     except GpuBudgetWarning:
         return False
     return True
-
-
-def _fixtures(item: pytest.Item) -> set[str]:
-    return set(getattr(item, "fixturenames", ()))
