@@ -92,26 +92,40 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     assert m.kernel_ms >= child.kernel_ms
 
 
-def _matmuls(n: int) -> float:
+def _matmuls(n: int) -> tuple[int, float]:
+    """A pool worker's work: one warm-up iteration, then ``n`` timed by its own events."""
+    import os
+
     import torch
 
     x = torch.ones(4096, 4096, device="cuda")
+    x = (x @ x).clamp_(max=1.0)  # cuBLAS starts here
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(n):
         x = (x @ x).clamp_(max=1.0)
+    end.record()
     torch.cuda.synchronize()
-    return float(x[0, 0])
+    return os.getpid(), start.elapsed_time(end)
 
 
 def test_a_spawn_pool_of_two_workers_is_one_window(traced):
+    timed: list[tuple[int, float]] = []
+
     def run() -> None:
         with multiprocessing.get_context("spawn").Pool(2) as pool:
-            pool.map(_matmuls, [40, 40])
+            timed.extend(pool.map(_matmuls, [40, 40]))
 
     m = traced.measure(run, rounds=1, warmup=0)
-    workers = [p for p in m.processes[1:] if p.kernel_ms]
-    print(f"\nspawn pool: {m.processes}; window kernel_ms {m.kernel_ms:.3f}")
+    workers = {p.pid: p for p in m.processes[1:] if p.kernel_ms}
+    print(f"\nspawn pool: {m.processes}; their events {timed}; window kernel_ms {m.kernel_ms:.3f}")
     assert len(workers) == 2  # both workers' records, written as the pool terminated them
-    assert m.kernel_ms >= max(p.kernel_ms for p in workers)
+    for pid, events in timed:
+        # each worker's 40 timed iterations, the warm-up one like them, and the fill
+        assert workers[pid].kernel_ms == pytest.approx(events * 41 / 40, rel=0.02)
+    both = [p.kernel_ms for p in workers.values()]
+    assert max(both) <= m.kernel_ms <= sum(both) + 1e-6  # their union, the window's
 
 
 def test_a_child_killed_mid_window_is_said_to_be_lost(traced, tmp_path):
