@@ -189,8 +189,13 @@ RANKS = """
 import os
 import sys
 import torch
+import time
 rank = int(os.environ["RANK"])
 n = 10 * (rank + 1)  # rank 1 times twice rank 0's matmuls
+# one rank after the other: two contexts on one GPU take turns, and a rank's events would
+# count the other's turns as its own time (its kernels' records do not)
+while rank and not os.path.exists(os.path.join(sys.argv[1], "rank0")):
+    time.sleep(0.01)
 x = torch.ones(4096, 4096, device="cuda")
 y = x @ x  # cuBLAS starts here, outside the events below
 torch.cuda.synchronize()
