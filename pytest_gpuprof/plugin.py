@@ -220,7 +220,7 @@ class SessionHooks:
                     try:
                         session.backend.source.drain()  # the call's device work is in its window, or lost with it
                         if done:
-                            profiler.record(done[0])
+                            profiler.keep(done[0])
                     finally:
                         profiler.end()
             else:
@@ -228,9 +228,9 @@ class SessionHooks:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
-            session.judge(item, raised=e)  # a failing call keeps its verdict (a failed check())
+            session.give_verdict(item, raised=e)  # a failing call keeps its verdict (a failed check())
             raise
-        session.judge(item)
+        session.give_verdict(item)
         return result
 
     @pytest.hookimpl(wrapper=True)

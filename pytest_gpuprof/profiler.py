@@ -221,9 +221,9 @@ class Profiler:
                 cut.append(done)
         results = [done[0] for done in cut]
         merged = rounds_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
-        return self.record(Window(label, merged, results[-1].timeline))
+        return self.keep(Window(label, merged, results[-1].timeline))
 
-    def record(self, window: Window) -> Metrics:
+    def keep(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
         return self.collector.keep(window, self.budget)
 
@@ -301,7 +301,7 @@ class Profiler:
         whole = self.whole_test()
         if whole is None:
             return []
-        self.record(whole)
+        self.keep(whole)
         return self.windows
 
     def problems(self) -> list[str]:

@@ -163,7 +163,7 @@ class GpuSession:
     def let_go(self) -> None:
         self.runtime.let_go()
 
-    def record(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
+    def result(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
         """What the test measured and judged, kept where its verdict is built from: its
         windows judged on its budget, every ``check()`` (whether the test caught its raise),
         and the device work no window held. ``raised``: what the call raised, if anything."""
@@ -216,7 +216,7 @@ class GpuSession:
         result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
         return result
 
-    def judge(self, item: pytest.Item, raised: BaseException | None = None) -> None:
+    def give_verdict(self, item: pytest.Item, raised: BaseException | None = None) -> None:
         """After a test's call: record its verdict, then warn about or fail a breach and
         gate a regression (``raised``: the call failed already; it is recorded only)."""
         profiler = item.stash.get(PROFILER, None)
@@ -235,7 +235,7 @@ class GpuSession:
             if raised is None:
                 pytest.fail(str(e), pytrace=False)
             return
-        result = self.record(item.nodeid, profiler, raised)
+        result = self.result(item.nodeid, profiler, raised)
         if result is None:
             return
         record = result.record
@@ -281,7 +281,7 @@ class GpuSession:
         finally:
             try:
                 if nodeid not in self.results and outcome != "interrupted":
-                    self.record(nodeid, profiler)
+                    self.result(nodeid, profiler)
                 self.backend.source.drain()
             finally:
                 profiler.end()

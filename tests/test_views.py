@@ -169,10 +169,10 @@ def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_p
 
 
 def test_idle_stretches_keep_their_step_when_merged():
-    from pytest_gpuprof.analysis.lanes import Item, aggregate
+    from pytest_gpuprof.analysis.lanes import Item, bucket
 
     items = [Item(i * 10, i * 10 + 5, "upload" if i < 500 else "compute") for i in range(1000)]
-    merged = aggregate(items, 10_000, 100, by_label=True)
+    merged = bucket(items, 10_000, 100, by_label=True)
     assert {m.label for m in merged} == {"upload", "compute"}
     assert sum(m.count for m in merged) == 1000
     assert len(merged) <= 101

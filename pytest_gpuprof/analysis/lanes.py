@@ -132,7 +132,7 @@ def host_items(timeline: Timeline) -> list[Item]:
     return out
 
 
-def aggregate(items: list[Item], span: int, buckets: int, noun: str = "items", *, by_label: bool = False) -> list[Item]:
+def bucket(items: list[Item], span: int, buckets: int, noun: str = "items", *, by_label: bool = False) -> list[Item]:
     """At most about ``buckets`` items: those in the same 1/buckets of ``span`` are merged,
     keeping their count, so that tens of thousands of kernels stay drawable. ``by_label``
     merges only neighbours of the same label and keeps it (idle stretches keep the step

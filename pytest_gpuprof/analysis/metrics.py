@@ -221,7 +221,7 @@ def _bracketed(timeline: Timeline) -> float | None:
     return _ratio(iv.covered_length(((r.start, r.end) for r in timeline.regions), window), window[1] - window[0])
 
 
-def _notes(timeline: Timeline, seen: whatif.Window, ids: np.ndarray, launched: int) -> tuple[str, ...]:
+def _notes(timeline: Timeline, seen: whatif.Seen, ids: np.ndarray, launched: int) -> tuple[str, ...]:
     """The window's notes: the timeline's, then what the metrics found worth saying."""
     window = (timeline.start, timeline.end)
     found = (
@@ -237,7 +237,7 @@ def _notes(timeline: Timeline, seen: whatif.Window, ids: np.ndarray, launched: i
 
 
 def _idle_by_code(
-    timeline: Timeline, seen: whatif.Window, transfers: Mapping[str, np.ndarray], unattributed: float
+    timeline: Timeline, seen: whatif.Seen, transfers: Mapping[str, np.ndarray], unattributed: float
 ) -> tuple[tuple[str, float], ...] | None:
     """What the host ran during the unattributed idle, ms by place; None where not sampled."""
     if timeline.stacks is None:
@@ -246,7 +246,7 @@ def _idle_by_code(
     return tuple((where, ns / NS_PER_MS) for where, ns in host_code.totals(pieces))
 
 
-def _host_pieces(timeline: Timeline, seen: whatif.Window, transfers: Mapping[str, np.ndarray]) -> list[host_code.Piece]:
+def _host_pieces(timeline: Timeline, seen: whatif.Seen, transfers: Mapping[str, np.ndarray]) -> list[host_code.Piece]:
     """The unattributed idle cut by the host's sampling rounds, with where the threads that
     issue device work (those with steps or device work, and the one that measured) were."""
     if not timeline.stacks:
@@ -283,7 +283,7 @@ def launch_bound_note(truth: Truth, kernels: int, wall_ns: int) -> str | None:
 NO_ALLOCATOR = "no allocator this plugin reads (PyTorch's, CuPy's, the host backend's) was in use in this process"
 
 
-def _transfers(seen: whatif.Window, moves: dict[int, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def _transfers(seen: whatif.Seen, moves: dict[int, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The copies and memsets of each step, by name: what idle is charged to device first
     (``moves``: ``_moves(seen)``, where the caller has it already)."""
     names = {s.span_id: s.name for s in seen.steps}
@@ -294,7 +294,7 @@ def _transfers(seen: whatif.Window, moves: dict[int, np.ndarray] | None = None) 
     return {name: np.concatenate(spans) for name, spans in transfers.items()}
 
 
-def _moves(seen: whatif.Window) -> dict[int, np.ndarray]:
+def _moves(seen: whatif.Seen) -> dict[int, np.ndarray]:
     """The copies and memsets of each step, by ``span_id``."""
     return {span_id: done.where(~done.of_kind("kernel")).spans() for span_id, done in seen.work.items()}
 
@@ -316,9 +316,7 @@ def overlap_schedule(timeline: Timeline, step: str) -> tuple[list[iv.Interval], 
     return whatif.overlap_schedule(_whatif_window(timeline), step)
 
 
-def _whatif_window(
-    timeline: Timeline, kernels: DeviceWork | None = None, ids: np.ndarray | None = None
-) -> whatif.Window:
+def _whatif_window(timeline: Timeline, kernels: DeviceWork | None = None, ids: np.ndarray | None = None) -> whatif.Seen:
     """The window as attribution and the scenarios see it: kernel time, idle, work by step
     (``kernels``, ``ids``: the window's kernels and each row's issuer, where the caller has
     them already)."""
@@ -326,7 +324,7 @@ def _whatif_window(
     if kernels is None:
         kernels = timeline.device.where(timeline.device.of_kind("kernel"))
     kernel_union = iv.merged(kernels.spans(), window)
-    return whatif.Window(
+    return whatif.Seen(
         start=timeline.start,
         end=timeline.end,
         kernel_ns=int((kernel_union[:, 1] - kernel_union[:, 0]).sum()),

@@ -42,7 +42,7 @@ class Prediction:
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class Seen:
     """What the scenarios need of a measured window."""
 
     start: int
@@ -62,7 +62,7 @@ class Window:
         return Prediction(wall / NS_PER_MS, kernels / wall if wall > 0 else 0.0)
 
 
-def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
+def defaults(window: Seen, charged: Mapping[str, float]) -> list[str]:
     """The scenarios worth computing: ``overlap`` for each step that holds kernel-idle and
     moved data on the device, ``pinned`` for those of them that read pageable memory;
     none for a window without kernels, whose utilization no redesign changes."""
@@ -78,7 +78,7 @@ def defaults(window: Window, charged: Mapping[str, float]) -> list[str]:
     return [f"overlap:{n}" for n in sorted(moving)] + [f"pinned:{n}" for n in sorted(moving) if moving[n]]
 
 
-def predict(window: Window, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
+def predict(window: Seen, scenario: str, pinned_gbps: Callable[[], float] | None = None) -> Prediction | None:
     """The scenario's prediction, or ``None`` where it does not apply (no such step, no
     work of it, no pinned rate known, no kernels in the window)."""
     match = SCENARIO.match(scenario)
@@ -113,7 +113,7 @@ class _Unit:
     waited: int  # the kernel-idle while they ran, inside the unit
 
 
-def _units(window: Window, step: str) -> list[_Unit]:
+def _units(window: Seen, step: str) -> list[_Unit]:
     every = (window.work.get(s.span_id) for s in window.steps if s.name == step)
     moved = [done.where(~done.of_kind("kernel")) for done in every if done is not None]
     moved = sorted((done for done in moved if len(done)), key=lambda done: int(done.rows["start"].min()))
@@ -127,7 +127,7 @@ def _units(window: Window, step: str) -> list[_Unit]:
     return units
 
 
-def _overlap(window: Window, units: Sequence[_Unit]) -> Prediction:
+def _overlap(window: Seen, units: Sequence[_Unit]) -> Prediction:
     _, rest = _flow_shop(units)
     return window.predict(rest[-1][1] - window.start)
 
@@ -145,14 +145,14 @@ def _flow_shop(units: Sequence[_Unit]) -> tuple[list[iv.Interval], list[iv.Inter
     return work, others
 
 
-def overlap_schedule(window: Window, step: str) -> tuple[list[iv.Interval], list[iv.Interval]] | None:
+def overlap_schedule(window: Seen, step: str) -> tuple[list[iv.Interval], list[iv.Interval]] | None:
     """``overlap:STEP`` as a timeline: the step's work, one unit after another on its own
     engine, and the rest of each unit after it (the HTML draws them beside the run's)."""
     units = _units(window, step)
     return _flow_shop(units) if units else None
 
 
-def _pinned(window: Window, units: Sequence[_Unit], pinned_gbps: Callable[[], float]) -> Prediction | None:
+def _pinned(window: Seen, units: Sequence[_Unit], pinned_gbps: Callable[[], float]) -> Prediction | None:
     if not any(u.work.rows["pageable"].any() for u in units):
         return None
     rate = pinned_gbps()  # bytes per ns
@@ -165,7 +165,7 @@ def _pinned(window: Window, units: Sequence[_Unit], pinned_gbps: Callable[[], fl
     return window.predict(window.wall - saved)
 
 
-def _faster(window: Window, step: str, factor: float) -> Prediction | None:
+def _faster(window: Seen, step: str, factor: float) -> Prediction | None:
     spans = [s for s in window.steps if s.name == step]
     if not spans or factor <= 0:
         return None

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_gpuprof.analysis.lanes import aggregate, build
+from pytest_gpuprof.analysis.lanes import bucket, build
 from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.report import GpuRecord
@@ -55,7 +55,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
                 "kind": lane.kind,
                 "items": [
                     [i.start / 1000, i.end / 1000, i.label, i.count, i.args]
-                    for i in aggregate(
+                    for i in bucket(
                         lane.items, span, MAX_ITEMS, f"{lane.kind}s", by_label=lane.kind in ("idle", "host")
                     )
                 ],
