@@ -161,7 +161,10 @@ def test_another_tools_injection_is_kept_and_said(fake_cuda, monkeypatch):
     monkeypatch.setenv(injection.INJECTION, "/opt/nsight/libToolsInjection64.so")
     m, _ = run_in_window([str(fake_cuda)])
     _, child = m.processes
-    assert child.kernel_ms is None and "names another tool's library, /opt/nsight/" in (child.why or "")
+    assert child.kernel_ms is None and child.why == (
+        "a native program: not traced (CUDA_INJECTION64_PATH names another tool's library, "
+        "/opt/nsight/libToolsInjection64.so); its device work is not in this window"
+    )
     assert os.environ[injection.INJECTION] == "/opt/nsight/libToolsInjection64.so"
 
 

@@ -95,9 +95,7 @@ class ChildWatch:
         if library is None:
             self.native_why = native_not_traced(how)
         elif other and Path(other) != library:
-            self.native_why = (
-                f"a native program: not traced ({injection.INJECTION} names another tool's library, {other})"
-            )
+            self.native_why = native_not_traced(f"{injection.INJECTION} names another tool's library, {other}")
         else:
             os.environ[injection.INJECTION] = str(library)
             self.native_why = None
