@@ -80,6 +80,18 @@ def test_the_library_is_built_once_against_the_headers_newest_records(fake_cuda,
     }
 
 
+def test_a_cupti_with_only_its_versioned_name_is_linked_by_it(fake_cuda, tmp_path):
+    # NVIDIA's wheels ship libcupti.so.13 and no bare libcupti.so
+    lib = tmp_path / "cuda" / "lib64"
+    build = [CC, "-shared", "-fPIC", "-Wl,-soname,libcupti.so.13", "-I", str(tmp_path / "cuda" / "include")]
+    subprocess.run([*build, str(FAKE / "fake_cupti.c"), "-o", str(lib / "libcupti.so.13")], check=True)
+    (lib / "libcupti.so").unlink()
+    library, how = injection.library()
+    assert library is not None, how
+    m, _ = run_in_window([str(fake_cuda)])
+    assert m.processes[1].kernel_ms == pytest.approx(2.0, abs=1e-6)
+
+
 def test_a_native_childs_kernels_copies_and_memsets_are_the_windows(fake_cuda):
     m, _ = run_in_window([str(fake_cuda)], env={"RANK": "3"})
     own, child = m.processes

@@ -52,7 +52,9 @@ def library() -> tuple[Path | None, str]:
         return None, f"{header}: no kernel, memcpy or memset record layout found"
     flags = [f"-DGPUPROF_{k}={v}" for k, v in layouts.items()]
     command = [compiler, "-shared", "-fPIC", "-O2", *flags, *(f"-I{d}" for d in includes), str(SOURCE)]
-    command += [f"-L{lib}", "-lcupti", f"-Wl,-rpath,{lib}", "-pthread"]
+    # the library by its path: NVIDIA's wheels ship libcupti.so.13 without the bare name -lcupti needs
+    cupti = min(lib.glob("libcupti.so*"), key=lambda f: (len(f.name), f.name))
+    command += [str(cupti), f"-Wl,-rpath,{lib}", "-pthread"]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), *command]).encode()).hexdigest()[:16]
     target = cache_folder() / f"libgpuprof-inject-{key}.so"
     if target.exists():
