@@ -1,5 +1,5 @@
-"""GPU work in the Python processes a test starts: ``subprocess`` children, ``spawn`` and
-``forkserver`` workers (``torchrun``'s ranks are such processes; not yet tried on a GPU).
+"""GPU work in the processes a test starts: ``subprocess`` children, ``spawn`` and
+``forkserver`` workers, ``torchrun``'s ranks, and native programs (``capture.injection``).
 
 While a test runs, its children are told (``ENV``, a folder) to record their own device
 work with CUPTI and write it there when they exit; ``PYTHONPATH`` leads them to this
@@ -9,15 +9,18 @@ child writes ``PID.json`` as it starts (its command, ``RANK``, or why CUPTI refu
 and, as it exits (``atexit``, or ``SIGTERM`` as a pool's ``terminate()`` sends it),
 ``PID.npz``: its kernels, copies and memsets in the host's monotonic clock, which every
 process on the host shares (CUPTI's timestamps are paired with it in each process, as the
-test's own are: the error is that pairing's, under a microsecond).
+test's own are: the error is that pairing's, under a microsecond). A native program that
+starts CUDA is traced by the injection library, which ``CUDA_INJECTION64_PATH`` names for
+the test's children; it writes ``PID.json`` and ``PID.native`` the same way.
 
 The test reads them at the end of each window (``ChildWatch.collect``): a child that
 started and left no records was killed or crashed (its records are lost, and the window
 says so) or still runs (its work is read when it exits, in a later window). A child started
 with an environment of its own (``env=`` without ``os.environ``), or by ``fork``, or a
-native program, is not traced: the process starts Python audits (``subprocess.Popen``,
-``os.posix_spawn``, ``os.exec``, ``os.system``) tell the watch of those it can name, and
-the window lists each as not seen, never as 0.
+native program where the injection library is not in place, is not traced: the process
+starts Python audits (``subprocess.Popen``, ``os.posix_spawn``, ``os.exec``,
+``os.system``) tell the watch of those it can name, and the window lists each as not
+seen, never as 0.
 """
 
 from __future__ import annotations
