@@ -25,7 +25,9 @@ KIB, MIB = 1 << 10, 1 << 20
     ],
 )
 def test_each_edge_case_is_drawn(name, predicate):
-    found = find(buffer_sizes(3, 64 * MIB + 5), predicate, settings=settings(max_examples=2000, database=None))
+    # the upper end comes from the integers' own bias to their bounds, about one draw in 700
+    # (300 to 1,600 in 12 seeds): 2,000 examples missed it in about one run in twenty
+    found = find(buffer_sizes(3, 64 * MIB + 5), predicate, settings=settings(max_examples=20_000, database=None))
     assert 3 <= found <= 64 * MIB + 5, name
 
 
