@@ -89,18 +89,14 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
 
 
 def device_lane(kind: str, stream: int, processes: tuple[ProcessFigures, ...]) -> str:
-    """``kernels, stream 7``; on a process the test started, ``pid 812 (python train.py,
-    rank 0): kernels, stream 7``."""
+    """``kernels, stream 7``; on a process the test started, ``pid 812, rank 0: kernels,
+    stream 7`` (short enough for the page's lane labels; its command is in ``processes``)."""
     pid = stream >> 32
     if not pid:
         return f"{kind}s, stream {stream}"
-    who = next((p for p in processes if p.pid == pid), None)
-    said = ""
-    if who is not None:
-        rank = f", rank {who.rank}" if who.rank is not None else ""
-        command = who.command if len(who.command) <= 40 else who.command[:39] + "…"
-        said = f" ({command}{rank})"
-    return f"pid {pid}{said}: {kind}s, stream {stream & 0xFFFFFFFF}"
+    rank = next((p.rank for p in processes if p.pid == pid), None)
+    said = f"pid {pid}" if rank is None else f"pid {pid}, rank {rank}"
+    return f"{said}: {kind}s, stream {stream & 0xFFFFFFFF}"
 
 
 def idle_items(timeline: Timeline) -> list[Item]:
