@@ -26,6 +26,7 @@ time), then per loop and mode the median over runs against ``untraced``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 LOOPS = {
     "graph": """
@@ -247,30 +249,43 @@ def child(loop: str, mode: str) -> dict[str, float]:
     return plugin(loop, PLUGIN_FLAGS[mode], PERIODS.get(mode), timed=mode == "plugin-timed")
 
 
-def traced_child_env(folder: str) -> dict[str, str]:
-    """The environment a measured test gives the processes it starts (``capture.children``)."""
-    import os
+def child_kernel_ms(watch: Any) -> float | None:
+    """The kernel time the traced child left its watch (the union of its kernels); None if
+    it left none."""
+    from pytest_gpuprof.analysis.processes import figures
 
-    from pytest_gpuprof.capture.children import BOOTSTRAP, ENV
-
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, ENV: folder, "PYTHONPATH": BOOTSTRAP + (os.pathsep + path if path else "")}
+    work = next((r.work for r in watch.collect() if r.work is not None), None)
+    return figures(None, "", None, work, (0, 2**62)).kernel_ms
 
 
-def child_kernel_ms(folder: Path) -> float | None:
-    """The kernel time the traced child wrote (the union of its kernels), None if it wrote none."""
-    import numpy as np
+def run_child(loop: str, mode: str) -> dict[str, Any] | None:
+    """One run of ``loop`` in a process of its own, in ``mode``; ``child``: started as a
+    measured test starts its children (``ChildWatch``), which then reads what it left."""
+    watch = None
+    told: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if mode == "child":
+        from pytest_gpuprof.capture.children import ChildWatch
 
-    from pytest_gpuprof.analysis import intervals
-    from pytest_gpuprof.analysis.device_work import DeviceWork
-
-    written = list(folder.glob("*.npz"))
-    if not written:
-        return None
-    with np.load(written[0]) as data:
-        work = DeviceWork(data["rows"], [str(n) for n in data["names"]])
-    spans = work.where(work.of_kind("kernel")).spans()
-    return intervals.covered_length(spans, (0, 2**62)) / 1e6
+        watch = ChildWatch()
+        told = watch.told()
+    try:
+        with told:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", loop, "untraced" if mode == "child" else mode],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        if out.returncode != 0:
+            print(json.dumps({"loop": loop, "mode": mode, "error": out.stderr[-1500:]}), flush=True)
+            return None
+        figures = json.loads(out.stdout.strip().splitlines()[-1])
+        if watch is not None:
+            figures["kernel_ms"] = child_kernel_ms(watch)
+        return figures
+    finally:
+        if watch is not None:
+            watch.close()
 
 
 def main() -> None:
@@ -291,20 +306,9 @@ def main() -> None:
         results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
         for run in range(args.runs):
             for mode in modes:  # modes in turn, so that drift spreads over all of them
-                with tempfile.TemporaryDirectory() as told:
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--child", loop, "untraced" if mode == "child" else mode],
-                        capture_output=True,
-                        text=True,
-                        check=False,
-                        env=traced_child_env(told) if mode == "child" else None,
-                    )
-                    if out.returncode != 0:
-                        print(json.dumps({"loop": loop, "mode": mode, "error": out.stderr[-1500:]}), flush=True)
-                        continue
-                    figures = json.loads(out.stdout.strip().splitlines()[-1])
-                    if mode == "child":
-                        figures["kernel_ms"] = child_kernel_ms(Path(told))
+                figures = run_child(loop, mode)
+                if figures is None:
+                    continue
                 results[mode].append(figures)
                 print(json.dumps({"loop": loop, "mode": mode, "run": run, **figures}), flush=True)
         base = [r["wall_ms"] for r in results.get("untraced", [])]

@@ -134,41 +134,46 @@ def newest_layouts(header: str) -> dict[str, str] | None:
 def read(path: Path, pid: int) -> DeviceWork:
     """The device work a native child wrote (``inject.c``'s lines), its streams its own."""
     names: dict[str, int] = {}
-    rows: list[tuple[object, ...]] = []
-    for line in path.read_text(errors="replace").splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "k":
-            start, end, stream, blocks, threads, registers, shared, name = rest.split(" ", 7)
-            code = names.setdefault(name, len(names))
-            rows.append((0, start, end, stream, code, "0", False, blocks, threads, registers, shared))
-        elif kind == "c":
-            start, end, stream, nbytes, copy_kind, pageable = rest.split(" ")
-            code = names.setdefault(copy_kind, len(names))
-            rows.append((1, start, end, stream, code, nbytes, pageable == "1", "0", "0", "0", "0"))
-        elif kind == "m":
-            start, end, stream, nbytes = rest.split(" ")
-            rows.append(
-                (2, start, end, stream, names.setdefault("memset", len(names)), nbytes, False, "0", "0", "0", "0")
+    rows = []
+
+    def row(
+        kind: str,
+        start: str,
+        end: str,
+        stream: str,
+        name: str,
+        nbytes: str = "0",
+        pageable: bool = False,
+        geometry: tuple[str, ...] = ("0", "0", "0", "0"),
+    ) -> None:
+        # ``ROW``'s fields in order; the thread and time that issued it are not known
+        code = names.setdefault(name, len(names))
+        streams = (pid << 32) | int(stream)  # streams of its own
+        rows.append(
+            (
+                KINDS.index(kind),
+                int(start),
+                int(end),
+                streams,
+                code,
+                int(nbytes),
+                pageable,
+                NO_SPAN,
+                0,
+                0,
+                *map(int, geometry),
             )
-    return DeviceWork(_rows(rows, pid), list(names))
+        )
 
-
-_KIND_CODES = (KINDS.index("kernel"), KINDS.index("memcpy"), KINDS.index("memset"))
-
-
-def _rows(parsed: list[tuple[object, ...]], pid: int) -> np.ndarray:
-    out = np.zeros(len(parsed), dtype=ROW)
-    if not parsed:
-        return out
-    columns = list(zip(*parsed, strict=True))
-    out["kind"] = np.take(_KIND_CODES, np.array(columns[0], dtype=np.int64))
-    out["start"] = np.array(columns[1], dtype=np.int64)
-    out["end"] = np.array(columns[2], dtype=np.int64)
-    out["stream"] = (pid << 32) | np.array(columns[3], dtype=np.int64)  # streams of its own
-    out["name"] = np.array(columns[4], dtype=np.int32)
-    out["bytes"] = np.array(columns[5], dtype=np.int64)
-    out["pageable"] = np.array(columns[6], dtype=bool)
-    out["span_id"] = NO_SPAN
-    for field, column in zip(("blocks", "threads", "registers", "shared"), columns[7:], strict=True):
-        out[field] = np.array(column, dtype=np.int64)
-    return out
+    for line in path.read_text(errors="replace").splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "k":
+            start, end, stream, blocks, threads, registers, shared, name = rest.split(" ", 7)
+            row("kernel", start, end, stream, name, geometry=(blocks, threads, registers, shared))
+        elif tag == "c":
+            start, end, stream, nbytes, copy_kind, pageable = rest.split(" ")
+            row("memcpy", start, end, stream, copy_kind, nbytes, pageable == "1")
+        elif tag == "m":
+            start, end, stream, nbytes = rest.split(" ")
+            row("memset", start, end, stream, "memset", nbytes)
+    return DeviceWork(np.array(rows, dtype=ROW), list(names))
