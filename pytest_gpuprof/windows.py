@@ -312,6 +312,9 @@ class WindowCollector:
             notes = (*self._notes, *(extra or ()))
         device, processes = self._with_children(device, start, end)
         said = process_note(processes)
+        tracker = self.spans.memory
+        memory = tracker.log(*(marks or ())) if tracker is not None else None
+        memory_unseen = tracker.why if tracker is not None else None
         notes = (*notes, *([said] if said else []))
         return Timeline(
             start,
@@ -326,7 +329,8 @@ class WindowCollector:
             gpm,
             None if self.stacks is None else tuple(self.stacks.samples(start, end)),
             self.thread,
-            self.spans.memory.log(*(marks or ())) if self.spans.memory is not None else None,
+            memory,
+            memory_unseen,
             processes=processes,
         )
 

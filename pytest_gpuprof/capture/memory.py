@@ -1,16 +1,13 @@
-"""Device memory over a window: what the framework's allocator held, marked at the
-window's edges and at each step's, with each allocation's size and place where the
-allocator tells them.
+"""Device memory over a window: what the test's allocators held, marked at the window's
+edges and at each step's, with each allocation's size and place where the allocator tells
+them.
 
 A ``MemoryTracker`` keeps ``Mark``s: at each, the bytes held now and the most held since
 the mark before (and the same for what the process had reserved from the driver). The
-sources are the allocators that a test's code uses:
-
-- ``torch``: PyTorch's caching allocator (``torch.cuda.memory_stats``, its peak reset at
-  each mark: exact per stretch between marks, no allocation seen one by one);
-- ``cupy``: CuPy's pool, through a memory hook in the measuring thread (each allocation
-  with its size and the line of the user's code that made it);
-- ``host``: the host backend's pool, the same way.
+sources (``memory_sources``) are the allocators that a test's code uses, found as they come
+into use (``Discovery``): PyTorch's, CuPy's, the host backend's pool; where JAX has started,
+the driver's allocation calls instead (``driver_memory``), or, where JAX keeps a pool the
+driver cannot see into, none, and the reason.
 
 ``analysis.memory`` turns the marks of a window into its ``memory`` figures. A source
 whose framework has not touched the device yet is not used; where none is, the window
@@ -20,203 +17,16 @@ says so, and ``memory`` reads "not measured", never 0.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from pytest_gpuprof.analysis.model import Allocation, MemoryLog, MemoryMark
-from pytest_gpuprof.capture.span_stack import current_span_id
-from pytest_gpuprof.capture.stacks import Places
+from pytest_gpuprof.analysis.model import MemoryLog, MemoryMark
+from pytest_gpuprof.capture import driver_memory
+from pytest_gpuprof.capture.memory_sources import UNSTEPPED, Counted, CupySource, HostSource, MemorySource, TorchSource
 
-
-class MemorySource(Protocol):
-    name: str
-    cheap: bool  # read at every step's edge (else only at windows' edges, unless memory is gated)
-
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        """Held now, the most held since the last read (the allocation that reached it,
-        where known), reserved now and the most reserved since the last read; the peaks
-        start again from now."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class _Counted:
-    """A source that sees each allocation and free: it keeps the running figures itself.
-    ``tick``: the tracker's count, which orders allocations and marks alike."""
-
-    name = "counted"
-    sees_each = True
-    cheap = True
-    note: str | None = None
-
-    def __init__(self, tick: Callable[[], int], held: int = 0) -> None:
-        self._tick = tick
-        self._lock = threading.Lock()
-        self.held = self.peak = held
-        self.peak_seq: int | None = None
-        self.reserved: int | None = None
-        self.reserved_peak: int | None = None
-        self.allocations: dict[int, Allocation] = {}  # live ones by address, while tracked
-        self.done: list[Allocation] = []
-        self._places = Places()
-
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        with self._lock:
-            out = (self.held, self.peak, self.peak_seq, self.reserved, self.reserved_peak)
-            self.peak, self.peak_seq, self.reserved_peak = self.held, None, self.reserved
-        return out
-
-    def allocated(self, address: int, nbytes: int, reserved: int | None = None) -> None:
-        where = self._places.of(sys._getframe(2))
-        step = current_span_id()
-        with self._lock:
-            seq = self._tick()
-            self.held += nbytes
-            if self.held > self.peak:
-                self.peak, self.peak_seq = self.held, seq
-            if reserved is not None:
-                self.reserved = reserved
-                self.reserved_peak = max(self.reserved_peak or 0, reserved)
-            self.allocations[address] = Allocation(seq, None, nbytes, where, step)
-
-    def freed(self, address: int, nbytes: int) -> None:
-        with self._lock:
-            seq = self._tick()
-            self.held -= nbytes
-            live = self.allocations.pop(address, None)
-            if live is not None:
-                self.done.append(live._replace(end_seq=seq))
-
-    def taken(self, lo: int, hi: int) -> list[Allocation]:
-        """The allocations made between the marks ``lo`` and ``hi``, freed or live."""
-        with self._lock:
-            return [a for a in (*self.done, *self.allocations.values()) if lo <= a.seq <= hi]
-
-    def forget(self) -> None:
-        """Drop the freed allocations: no window will ask for them again."""
-        with self._lock:
-            self.done.clear()
-
-    def close(self) -> None:
-        pass
-
-
-class HostSource(_Counted):
-    """The host backend's pool: it calls ``allocated``/``freed`` itself."""
-
-    name = "host"
-
-    def __init__(self, tick: Callable[[], int], pool: Any) -> None:
-        super().__init__(tick, pool.in_use)
-        self._pool = pool
-        pool.observer = self
-
-    def close(self) -> None:
-        self._pool.observer = None
-
-
-class CupySource(_Counted):
-    """CuPy's pool: read at the marks (``used_bytes``), and, where the test gates memory
-    (``hook``), through a memory hook that sees each allocation. The hook costs each CuPy
-    allocation a few microseconds of Python (a loop of small elementwise operations ran 2x
-    slower on the H200: docs/performance.md), which would change the utilization being
-    measured, so it is on only where a memory budget needs it. CuPy's hooks are per thread:
-    the hook sees the thread that runs the test."""
-
-    name = "cupy"
-
-    def __init__(self, tick: Callable[[], int], cupy: Any, hook: bool) -> None:
-        self._cupy = cupy
-        self._pool = cupy.get_default_memory_pool()
-        super().__init__(tick, int(self._pool.used_bytes()))
-        self.reserved = int(self._pool.total_bytes())
-        self.sees_each = hook
-        self.note = None if hook else EDGES_ONLY
-        self._hook: Any = None
-        if not hook:
-            return
-        source = self
-
-        class Hook(cupy.cuda.memory_hook.MemoryHook):
-            name = f"gpuprof-{id(self)}"  # unique: one per test, in the thread that runs it
-
-            def malloc_postprocess(self, **call: Any) -> None:
-                source.allocated(call["mem_ptr"], call["mem_size"])
-
-            def free_postprocess(self, **call: Any) -> None:
-                source.freed(call["mem_ptr"], call["mem_size"])
-
-        self._hook = Hook()
-        self._hook.__enter__()
-
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        # the pool grows only as it allocates and shrinks only when trimmed: what it
-        # reserved is read at the marks, not at every allocation
-        reserved = int(self._pool.total_bytes())
-        if self._hook is None:
-            used = int(self._pool.used_bytes())
-            return used, used, None, reserved, reserved
-        held, peak, peak_seq, before, _ = super().read()
-        self.reserved = reserved
-        return held, peak, peak_seq, reserved, max(reserved, before or 0)
-
-    def hooked(self, tick: Callable[[], int]) -> CupySource:
-        """This source, seeing each allocation from now on."""
-        return self if self._hook is not None else CupySource(tick, self._cupy, True)
-
-    def close(self) -> None:
-        if self._hook is not None:
-            self._hook.__exit__(None, None, None)
-
-
-UNSTEPPED = (
-    "the steps' edges were not marked (PyTorch's counters cost about 40 us a read): a step's memory is not "
-    "measured; a memory budget on the test marks them"
-)
-EDGES_ONLY = (
-    "CuPy's pool read at the edges of windows and steps only: a peak between two edges is not seen "
-    "(a memory budget on the test turns on CuPy's allocation hook, which sees each allocation)"
-)
-
-
-class TorchSource:
-    """PyTorch's caching allocator on one device: its counters, the peaks reset at each read."""
-
-    name = "torch"
-    sees_each = False
-    cheap = False
-    note = (
-        "PyTorch's allocator is read by its counters at each window's and step's edge (their peaks are "
-        "reset there): its allocations' places are not seen"
-    )
-
-    def __init__(self, torch: Any, device: int) -> None:
-        self._cuda = torch.cuda
-        self._device = device
-        self._cuda.reset_peak_memory_stats(device)
-
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        # the nested form: ``memory_stats`` flattens every counter in Python, ten times dearer
-        stats = self._cuda.memory_stats_as_nested_dict(self._device)
-        self._cuda.reset_peak_memory_stats(self._device)
-        allocated, reserved = (
-            stats.get("allocated_bytes", {}).get("all", {}),
-            stats.get("reserved_bytes", {}).get("all", {}),
-        )
-        return (
-            int(allocated.get("current", 0)),
-            int(allocated.get("peak", 0)),
-            None,
-            int(reserved.get("current", 0)),
-            int(reserved.get("peak", 0)),
-        )
-
-    def close(self) -> None:
-        pass
+__all__ = ["Discovery", "MemorySource", "MemoryTracker", "tracker_for"]
 
 
 class Discovery:
@@ -226,9 +36,17 @@ class Discovery:
     def __init__(self) -> None:
         self._seen: set[str] = set()
         self.each = False  # see each allocation where the framework can tell (CuPy's hook)
+        self.unseen: str | None = None  # why no source can read the test's memory
+        self.restart = False  # the sources found so far are to be dropped (JAX started)
 
     def __call__(self, tick: Callable[[], int]) -> list[MemorySource]:
         out: list[MemorySource] = []
+        if "jax" not in self._seen and driver_memory.jax_started():
+            # the driver sees JAX's arrays, and the other frameworks' allocations with them
+            self._seen |= {"jax", "torch", "cupy"}
+            source, self.unseen = driver_memory.for_jax(tick)
+            self.restart = True
+            return [source] if source is not None else []
         torch = sys.modules.get("torch")
         if "torch" not in self._seen and torch is not None and torch.cuda.is_initialized():
             self._seen.add("torch")
@@ -238,18 +56,6 @@ class Discovery:
             self._seen.add("cupy")
             out.append(CupySource(tick, cupy, self.each))
         return out
-
-
-def jax_note() -> str | None:
-    """What JAX's memory looks like from here, where JAX is loaded."""
-    if "jax" not in sys.modules:
-        return None
-    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
-        return "JAX's allocations are not seen one by one: memory counts PyTorch's and CuPy's allocators only"
-    return (
-        "JAX preallocated most of the device for its pool (XLA_PYTHON_CLIENT_PREALLOCATE): a peak of what "
-        "its code held is not seen, only the pool"
-    )
 
 
 class MemoryTracker:
@@ -271,6 +77,8 @@ class MemoryTracker:
         self.marks: list[MemoryMark] = []
         self._each = False
         self._skipped: list[int] = []  # the counts of the step edges not marked
+        self._since = 0  # the count from which the sources in use were read
+        self.why: str | None = None  # why the last ``log`` read nothing
 
     def tick(self) -> int:
         return next(self._count)  # atomic under the GIL
@@ -294,7 +102,7 @@ class MemoryTracker:
         source reads cheaply or the test gates memory: PyTorch's counters cost about 40 us a
         read, which a step inside a window would add to the window's host time."""
         if self._discover is not None:
-            self.sources += self._discover(self.tick)
+            self._found(self._discover(self.tick))
         if not self.sources:
             return None
         if step and not self._each and not all(s.cheap for s in self.sources):
@@ -323,19 +131,44 @@ class MemoryTracker:
             self.marks.append(mark)
         return seq
 
+    def _found(self, new: list[MemorySource]) -> None:
+        """Take the sources discovery found; where JAX started, drop those read so far and
+        their marks: the driver's calls count their memory again, or nothing can be read."""
+        if isinstance(self._discover, Discovery) and self._discover.restart:
+            self._discover.restart = False
+            for source in self.sources:
+                source.close()
+            self.sources = []
+            with self._lock:
+                self.marks.clear()
+            self._since = self.tick()
+        self.sources += new
+
+    def unseen(self, lo: int | None = None) -> str | None:
+        """Why the memory from the mark ``lo`` on cannot be read (``None``: it can)."""
+        why = self._discover.unseen if isinstance(self._discover, Discovery) else None
+        failed = [f for f in (getattr(s, "failed", None) for s in self.sources) if f]
+        if why is None and failed:
+            why = failed[0]
+        if why is None and lo is not None and lo < self._since:
+            why = "JAX started on the device inside the window, which was read by other allocators until then"
+        return why
+
     def log(self, lo: int | None = None, hi: int | None = None) -> MemoryLog | None:
         """The marks and allocations between the marks ``lo`` and ``hi`` (all kept ones
-        where not given); ``None`` where no source was in use."""
-        if not self.sources:
+        where not given); ``None`` where no source was in use or the memory cannot be read
+        (``why`` says why)."""
+        self.why = self.unseen(lo)
+        if self.why is not None or not self.sources:
             return None
-        lo = 0 if lo is None else lo
+        lo = self._since if lo is None else lo
         hi = self.tick() if hi is None else hi
         with self._lock:
             marks = tuple(m for m in self.marks if lo <= m.seq <= hi)
             stepped = not any(lo <= seq <= hi for seq in self._skipped)
-        counted = [s for s in self.sources if isinstance(s, _Counted) and s.sees_each]
+        counted = [s for s in self.sources if isinstance(s, Counted) and s.sees_each]
         allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if counted else None
-        notes = [n for n in (jax_note(), *(getattr(s, "note", None) for s in self.sources)) if n]
+        notes = [n for n in (getattr(s, "note", None) for s in self.sources) if n]
         if not stepped:
             notes.append(UNSTEPPED)
         every = len(counted) == len(self.sources)
@@ -347,7 +180,7 @@ class MemoryTracker:
             self.marks.clear()
             self._skipped.clear()
         for source in self.sources:
-            if isinstance(source, _Counted):
+            if isinstance(source, Counted):
                 source.forget()
 
     def close(self) -> None:

@@ -1,0 +1,159 @@
+"""Device memory as the CUDA driver hands it out, for code whose allocator the plugin
+cannot read: JAX (XLA), Numba, cuda-python.
+
+A ``DriverSource`` subscribes to CUPTI's callbacks on the driver's allocation calls and
+counts each one as it returns, in the thread that made it: its size, the line of the
+user's code that caused it, the step open there. The runtime's ``cudaMalloc`` and
+``cudaFree`` reach the driver's ``cuMemAlloc_v2`` and ``cuMemFree_v2`` (seen on the H200),
+so the driver's calls alone see every allocation once. Virtual memory, as XLA allocates it,
+is counted where it is backed: ``cuMemMap`` adds the mapped range, ``cuMemUnmap`` takes it
+away. What the process allocated before the source began is not counted, and freeing it
+changes nothing.
+
+JAX needs it, and says how far it can be read (``for_jax``): XLA's default allocators keep
+a pool (preallocated, or grown and never shrunk) whose use the driver never sees, so a
+window's peak there is "not measured", with how to make it measurable
+(``XLA_PYTHON_CLIENT_ALLOCATOR=platform``: each array its own mapping).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pytest_gpuprof.capture.memory_sources import Counted
+
+# the driver's calls, by how their parameters give the address and the size (CUDA's
+# ``*_params`` structs: each field a 64-bit word here)
+_ALLOCS = (  # CUdeviceptr *dptr; size_t bytesize; ...
+    "cuMemAlloc_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocAsync",
+    "cuMemAllocAsync_ptsz",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAllocFromPoolAsync_ptsz",
+)
+_PITCHED = ("cuMemAllocPitch_v2",)  # CUdeviceptr *dptr; size_t *pPitch; size_t width; size_t height; ...
+_MAPS = ("cuMemMap",)  # CUdeviceptr ptr; size_t size; ...
+_FREES = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemUnmap")  # CUdeviceptr ptr; ...
+# CUpti_CallbackData: callbackSite, functionName, then functionParams at byte 16
+_PARAMS_AT = 16
+
+NOTE = (
+    "read from the driver's allocation calls (cuMemAlloc, cuMemMap and kin): a pool counts as it grows, "
+    "and what was allocated before the test is not counted"
+)
+OUTSIDE = "(a thread outside Python)"
+
+
+def _word(address: int, index: int) -> int:
+    return int(ctypes.c_uint64.from_address(address + 8 * index).value)
+
+
+class DriverSource(Counted):
+    """Each allocation the driver makes in this process while subscribed. Replaces the
+    frameworks' sources (``alone``): they count the same memory again."""
+
+    name = "driver"
+    alone = True
+    note = NOTE
+
+    def __init__(self, tick: Callable[[], int], cupti: Any) -> None:
+        super().__init__(tick, 0)
+        self._cupti = cupti
+        self._sizes: dict[int, int] = {}
+        self._exit = int(cupti.ApiCallbackSite.API_EXIT)
+        self.failed: str | None = None  # a call the source could not read: its figures are not sound
+        names = cupti.driver_api_trace_cbid
+        self._kinds = {int(getattr(names, n)): kind for kind, ns in _CALLS.items() for n in ns if hasattr(names, n)}
+        self._subscriber = cupti.subscribe(self._called, None)
+        try:
+            domain = int(cupti.CallbackDomain.DRIVER_API)
+            for cbid in self._kinds:
+                cupti.enable_callback(1, self._subscriber, domain, cbid)
+        except Exception:
+            cupti.unsubscribe(self._subscriber)
+            raise
+
+    def _called(self, userdata: Any, domain: Any, cbid: int, data: Any) -> None:
+        if data.callback_site != self._exit:
+            return
+        try:
+            if ctypes.c_int.from_address(int(data.function_return_value)).value != 0:
+                return  # the call failed: nothing was allocated or freed
+            params = int(ctypes.c_void_p.from_address(int(data.ptr) + _PARAMS_AT).value or 0)
+            kind = self._kinds.get(int(cbid))
+            if kind == "free":
+                nbytes = self._sizes.pop(_word(params, 0), None)
+                if nbytes is not None:
+                    self.freed(_word(params, 0), nbytes)
+                return
+            if kind == "alloc":
+                address, nbytes = _word(_word(params, 0), 0), _word(params, 1)
+            elif kind == "pitched":
+                address, nbytes = _word(_word(params, 0), 0), _word(_word(params, 1), 0) * _word(params, 3)
+            elif kind == "map":
+                address, nbytes = _word(params, 0), _word(params, 1)
+            else:
+                return
+            self._sizes[address] = nbytes
+            caller = sys._getframe(0).f_back  # None in a thread the driver called from outside Python
+            self.allocated(address, nbytes, self._places.of(caller) if caller is not None else OUTSIDE)
+        except Exception as e:  # never into the driver: the figures are said to be unsound instead
+            self.failed = f"a {data.function_name} call could not be read ({e})"
+
+    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+        held, peak, seq, _, _ = super().read()
+        return held, peak, seq, held, peak  # what the driver handed out is what the process reserved
+
+    def close(self) -> None:
+        if self._subscriber is not None:
+            self._cupti.unsubscribe(self._subscriber)
+            self._subscriber = None
+
+
+_CALLS = {"alloc": _ALLOCS, "pitched": _PITCHED, "map": _MAPS, "free": _FREES}
+
+
+def jax_started() -> bool:
+    """Whether JAX has started a GPU backend in this process (it holds device memory only then)."""
+    if "jax" not in sys.modules:
+        return False
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    backends = getattr(bridge, "_backends", None)
+    if isinstance(backends, dict):
+        return any(name in backends for name in ("cuda", "gpu", "rocm"))
+    started = getattr(bridge, "backends_are_initialized", None)
+    return bool(started()) if callable(started) else True  # cannot tell: assume it has
+
+
+PLATFORM = "set XLA_PYTHON_CLIENT_ALLOCATOR=platform to measure it"
+
+
+def jax_pool() -> str | None:
+    """Why JAX's memory cannot be read from the driver, from its allocator's settings
+    (``None``: each array is its own allocation, which the driver sees)."""
+    allocator = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default").lower()
+    if allocator in ("platform", "cuda_async"):
+        return None
+    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0"):
+        return f"JAX preallocated most of the device for its pool: what its code held in it is not seen ({PLATFORM})"
+    return f"JAX's pool grows and never shrinks, and what its code held in it is not seen ({PLATFORM})"
+
+
+def for_jax(tick: Callable[[], int]) -> tuple[DriverSource | None, str | None]:
+    """The source that reads JAX's device memory, or why there is none."""
+    why = jax_pool()
+    if why is not None:
+        return None, why
+    try:
+        from cupti import cupti
+    except ImportError:
+        return None, "JAX's memory is read from the driver through cupti-python, which is not installed"
+    try:
+        return DriverSource(tick, cupti), None
+    except Exception as e:  # another CUPTI subscriber (a profiler) in this process
+        return None, f"the driver's allocation calls could not be followed ({e})"
