@@ -155,3 +155,71 @@ def test_a_memory_budget_shrinks_to_its_threshold_on_the_gpu(pytester, plugin_ar
     smallest = (threshold - 1) // 512 * 512 + 1  # the first size whose 512-byte block exceeds THRESHOLD - 1
     print(f"\nthreshold {threshold:,}: shrank to {size:,} ({100 * (size - threshold) / threshold:+.4f}%)")
     assert size == smallest and abs(size - threshold) <= 0.01 * threshold
+
+
+JAX_STEPS = """
+import jax
+import jax.numpy as jnp
+import pytest
+
+MIB = 1 << 20
+jnp.zeros(1).block_until_ready()  # JAX's backend starts before any window
+
+
+@pytest.mark.gpu_budget(steps={"train": {"max_memory": "700 MiB"}})
+@pytest.mark.parametrize("train_mib", [512, 256])
+def test_jax(gpuprof, train_mib):
+    def body():
+        with gpuprof.step("load"):
+            a = jnp.ones((64 * MIB,), jnp.float32)
+            b = jnp.ones((16 * MIB,), jnp.float32)
+            jax.block_until_ready((a, b))
+        with gpuprof.step("train"):
+            c = jnp.ones((train_mib * MIB // 4,), jnp.float32)
+            c.block_until_ready()
+        del a, b, c
+
+    gpuprof.measure(body, rounds=1, warmup=1)
+"""
+
+
+def test_jax_memory_is_read_from_the_driver_with_its_platform_allocator(pytester, plugin_args, monkeypatch):
+    """256 and 64 MiB in "load", then 512 MiB (fails a 700 MiB step budget) or 256 MiB
+    (passes) in "train": the driver's mappings, each array its own under the platform
+    allocator, with the line that made the largest."""
+    pytest.importorskip("jax")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    pytester.makepyfile(test_jax_memory=JAX_STEPS)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json", "-p", "no:randomly")
+    print(result.stdout.str()[-3000:])
+    result.assert_outcomes(failed=1, passed=1)
+    tests = {t["nodeid"].split("[")[1][:-1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    for train, test in tests.items():
+        memory = test["metrics"]["memory"]
+        expected = (256 + 64 + int(train)) * MIB
+        print(f"train {train} MiB: {memory}")
+        assert memory["source"] == "driver" and memory["peak_step"] == "train"
+        # each mapping is whole 2 MiB pages: a small array (a constant) takes one
+        assert expected <= memory["peak_bytes"] <= expected + 8 * MIB
+        load = test["metrics"]["steps"]["load"]["memory_peak_bytes"]
+        assert 320 * MIB <= load <= 320 * MIB + 8 * MIB
+    assert tests["512"]["verdict"] == "FAIL: breach steps.train.max_memory" and tests["256"]["verdict"] == "ok"
+    result.stdout.fnmatch_lines(["*live at the peak: 512.00 MiB at test_jax_memory.py:21 body*"])
+
+
+def test_jax_preallocated_memory_reads_not_measured(pytester, plugin_args, monkeypatch):
+    """JAX's default pool: what its code held is not seen, so the budget is not judged and
+    says why; never a peak of 0."""
+    pytest.importorskip("jax")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_ALLOCATOR", raising=False)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.2")  # leave the device to the next tests
+    pytester.makepyfile(test_jax_pool=JAX_STEPS)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json", "-p", "no:randomly")
+    print(result.stdout.str()[-2000:])
+    result.assert_outcomes(passed=2)
+    for test in json.loads((pytester.path / "r.json").read_text())["tests"]:
+        assert "memory" not in test["metrics"]
+        assert test["metrics"]["memory_unseen"].startswith("JAX preallocated most of the device for its pool")
+        assert test["verdict"] == "not measured"
+        unjudged = test["judgement"]["unjudged"]
+        assert [u[: u.index(":")] for u in unjudged] == ["steps.train.max_memory not measured"], unjudged
