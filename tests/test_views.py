@@ -1,10 +1,12 @@
 """Perfetto traces and the HTML report: structure, escaping, size, and a real browser."""
 
+import html
 import json
 import re
 import shutil
 import subprocess
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -147,17 +149,46 @@ def chromium(*args):
         )
 
 
+# one browser for several views: each page in a frame of a page beside the first, whose
+# script copies each frame's document into its own once all have loaded and acted (a
+# browser takes a second or two to start; a test reads several views of one page)
+FRAMES = """<!doctype html><html><body>{}<script>
+window.addEventListener("load", () => {{
+  for (const frame of document.querySelectorAll("iframe")) {{
+    const out = document.createElement("pre");
+    out.className = "frame";
+    out.textContent = frame.contentDocument.documentElement.outerHTML;
+    document.body.appendChild(out);
+  }}
+}});
+</script></body></html>"""
+
+
+def chromium_doms(*urls):
+    """Each page's DOM after its script ran (``--dump-dom`` of each, from one browser)."""
+    first = Path(urllib.parse.unquote(urllib.parse.urlparse(urls[0]).path))
+    frames = "".join(f'<iframe src="{html.escape(u)}" width="1300" height="1300"></iframe>' for u in urls)
+    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=first.parent, delete=False) as page:
+        page.write(FRAMES.format(frames))
+    try:
+        dom = chromium("--allow-file-access-from-files", "--dump-dom", Path(page.name).as_uri()).stdout
+    finally:
+        Path(page.name).unlink()
+    doms = [html.unescape(d) for d in re.findall(r'<pre class="frame">(.*?)</pre>', dom, re.S)]
+    assert len(doms) == len(urls), dom[:2000]
+    return doms
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (installed by .ci/run)")
 def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_path):
     pytester.makepyfile(SUITE)
     pytester.runpytest("--gpu-backend=host", "--gpu-html=report.html").assert_outcomes(passed=3, warnings=1)
     url = Path(pytester.path, "report.html").as_uri()
-    before = chromium("--dump-dom", url).stdout
+    before, after = chromium_doms(url, url + "#click=2")
     assert before.count("<tr data-index=") == 3
     assert 'class="breach"' in before  # the breaching test is highlighted
     assert "Click a test to see its timeline." in before
     # '#click=N' makes the page click row N itself, through the same handler as a mouse
-    after = chromium("--dump-dom", url + "#click=2").stdout
     assert "test_breaching" in re.search(r'<div id="detail"><h2>(.*?)</h2>', after)[1]
     lanes = re.findall(r'<g class="lane" data-kind="(\w+)">', after)
     assert {"step", "region", "kernel", "memcpy", "idle"} <= set(lanes)
@@ -231,31 +262,39 @@ needs_chromium = pytest.mark.skipif(
 def test_the_timeline_zooms_about_the_pointer_pans_by_the_drag_and_stays_in_the_window(pytester):
     url = _seed_page(pytester)
     seed = _row(chromium("--dump-dom", url).stdout, "test_seed")
-    whole = _view(chromium("--dump-dom", f"{url}#click={seed}").stdout)
+    views = [
+        _view(dom)
+        for dom in chromium_doms(
+            *(
+                f"{url}#click={seed}{then}"
+                for then in ("", "&wheel=0,5", "&wheel=0.5,5", "&wheel=0.5,5&drag=-0.1", "&wheel=0.5,-6", "&drag=0.3")
+            )
+        )
+    ]
+    whole = views[0]
     assert whole[0] == 0 and whole[1] > 0
     span = whole[1]
-    lo, hi = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0,5").stdout)  # at the plot's left edge
+    lo, hi = views[1]  # the wheel at the plot's left edge
     assert lo == 0 and hi == pytest.approx(span * 0.8**5)  # t = 0 stays in view
-    lo, hi = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,5").stdout)  # at its middle
+    lo, hi = views[2]  # at its middle
     # centred within a pixel (events carry whole-pixel positions; the plot is 960 px wide)
     assert (lo + hi) / 2 == pytest.approx(span / 2, abs=(hi - lo) / 960) and hi - lo == pytest.approx(span * 0.8**5)
     zoomed = hi - lo
-    lo2, hi2 = _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,5&drag=-0.1").stdout)
+    lo2, hi2 = views[3]  # then a drag
     assert abs((lo2 - lo) - 0.1 * zoomed) <= 0.01 * zoomed and hi2 - lo2 == pytest.approx(zoomed)
-    assert _view(chromium("--dump-dom", f"{url}#click={seed}&wheel=0.5,-6").stdout) == (0, span)  # zoom-out stops
-    assert _view(chromium("--dump-dom", f"{url}#click={seed}&drag=0.3").stdout) == (0, span)  # no pan past the window
+    assert views[4] == (0, span)  # zoom-out stops
+    assert views[5] == (0, span)  # no pan past the window
 
 
 @needs_chromium
 def test_the_timeline_names_its_steps_and_shows_only_what_is_there(pytester):
     url = _seed_page(pytester)
     first = chromium("--dump-dom", url).stdout
-    seed = chromium("--dump-dom", f"{url}#click={_row(first, 'test_seed')}").stdout
+    seed, quiet = chromium_doms(f"{url}#click={_row(first, 'test_seed')}", f"{url}#click={_row(first, 'test_no_idle')}")
     labels = re.findall(r'<text [^>]*class="label"[^>]*>([^<]+)</text>', seed)
     assert {"upload", "compute"} <= set(labels)  # step names on their boxes at the default zoom
     assert re.findall(r'class="tick">([^<]+) ms<', seed)  # a time axis with ticks
     assert "kernel-idle, charged to" in seed
-    quiet = chromium("--dump-dom", f"{url}#click={_row(first, 'test_no_idle')}").stdout
     lanes = set(re.findall(r'<g class="lane" data-kind="(\w+)">', quiet))
     assert "idle" not in lanes and "region" not in lanes  # no lane for what is not there
     legend = re.search(r'<div class="legend">.*?</div>', quiet)[0]
@@ -288,7 +327,7 @@ def test_a_page_of_two_thousand_tests_loads_sorts_and_filters(tmp_path):
         )
     page = tmp_path / "big.html"
     page.write_text(render(tests, {"id": "m"}))
-    dom = chromium("--dump-dom", page.as_uri() + "#sort=wall_ms").stdout
+    dom, failed = chromium_doms(page.as_uri() + "#sort=wall_ms", page.as_uri() + "#failed=1")
     walls = [
         float(w) for w in re.findall(r'<tr data-index="\d+"[^>]*><td[^>]*>[^<]*</td><td class="num">([^<]+)<', dom)
     ]
@@ -297,7 +336,6 @@ def test_a_page_of_two_thousand_tests_loads_sorts_and_filters(tmp_path):
         float(x) for x in re.search(r'data-loaded_ms="([^"]+)" data-sorted_ms="([^"]+)"', dom).groups()
     )
     print(f"\n2,000 tests: loaded in {loaded:.0f} ms, sorted in {sorted_ms:.0f} ms (headless Chromium)")
-    failed = chromium("--dump-dom", page.as_uri() + "#failed=1").stdout
     assert failed.count("<tr data-index=") == 8 and "8 of 2000 tests shown" in failed
 
 
