@@ -404,7 +404,7 @@ def main() -> None:
     if wanted("gate"):
         gate_reliability_kernels(profiler, workload)
         gate_reliability(workload)
-    capture = getattr(backend, "_cupti", None)
+    capture = getattr(backend.source, "capture", None)
     if capture is not None:
         print(f"CUPTI buffers read: {capture.deliveries}", flush=True)
     workload.close()

@@ -139,7 +139,7 @@ def test_library_kernels_are_seen_and_charged_to_their_step(gpuprof, gpu_workloa
 def test_activity_buffers_are_read_from_their_bytes(gpuprof, gpu_workload):
     import cupy as cp
 
-    capture = gpuprof.backend._cupti
+    capture = gpuprof.backend.source.capture
     before = dict(capture.deliveries)
     with gpuprof.step("work"):
         gpu_workload.upload(64 * MIB, pinned=True)

@@ -95,5 +95,5 @@ class Backend(Protocol):
     def close_stream(self, stream: Any) -> None: ...
 
     def close(self) -> None:
-        """Stop the device work and the source (the source first)."""
+        """Stop the device work, then its source (which then has seen all of it)."""
         ...

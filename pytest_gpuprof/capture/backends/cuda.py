@@ -8,26 +8,22 @@ is then the time between its two events, which cannot tell kernels from waits or
 work on other non-blocking streams. A window whose events saw nothing reports its device
 figures as not measured, never as 0.
 
-The backend reads both itself (it is its own ``TraceSource``, the built-in source
-registered for it in ``backends``): CUPTI's hooks and the events need its streams.
+The backend runs the device work; what the device did is read by its ``source``
+(``cuda_sources``): ``CuptiSource`` or ``EventsSource``, unless a registered source reads
+it (``capture.sources``).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from pytest_gpuprof.analysis import sources as kinds
-from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import DeviceInterval, Span
-from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.backends.base import DeviceInfo
 from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
+from pytest_gpuprof.capture.backends.cuda_sources import CuptiSource, EventsSource
 from pytest_gpuprof.capture.clock import Clock, RealClock
 from pytest_gpuprof.capture.trace_source import TraceSource
 
@@ -51,19 +47,7 @@ def unavailable(device: int) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _EdgeEvents:
-    span_id: int
-    stream: Any
-    start: Any
-    kind: Literal["kernel", "memcpy"]
-
-
-# a step's token where CUPTI ties launches to steps: its edges are marked, no events kept
-_MARK = object()
-
-
-class CudaBackend(TraceSource):
+class CudaBackend:
     name: Literal["cuda"] = "cuda"
     clock: Clock = RealClock()
     source: TraceSource
@@ -80,41 +64,14 @@ class CudaBackend(TraceSource):
         self._lock = threading.Lock()
         self._sources: dict[tuple[int, bool], Any] = {}
         self._kernels = Kernels(cupy, self._device)
-        self._edges: list[tuple[_EdgeEvents, Any]] = []
-        self._anchor: tuple[Any, int] | None = None
-        self._stream_ids: dict[int, int] = {}
         self._external: dict[int, Any] = {}
-        self._sm: SmLimits | None = None
-        self._cupti_reason = "off (--gpu-no-cupti)"
-        self._cupti: Any = None
-        self.source = self  # unless a registered source reads it (``capture.sources``)
+        capture, why = None, "off (--gpu-no-cupti)"
         if cupti:
-            from pytest_gpuprof.capture import cupti_trace as cupti_capture
+            from pytest_gpuprof.capture import cupti_trace
 
-            self._cupti, self._cupti_reason = cupti_capture.start(nvtx=nvtx)
-            if self._cupti is not None:
-                self._cupti_reason += f"; {self._cupti.nvtx}"
-        self.kind = kinds.CUPTI if self._cupti is not None else kinds.EVENTS
-
-    def sm_limits(self) -> SmLimits | None:
-        """The SMs of this device, where CUPTI records each kernel's geometry."""
-        if self._cupti is None:
-            return None
-        if self._sm is None:
-            p = self._cp.cuda.runtime.getDeviceProperties(self.index)
-            self._sm = SmLimits(
-                sms=int(p["multiProcessorCount"]),
-                max_threads=int(p.get("maxThreadsPerMultiProcessor", 2048)),
-                max_blocks=int(p.get("maxBlocksPerMultiProcessor", 32)),
-                registers=int(p.get("regsPerMultiprocessor", 65536)),
-                shared=int(p.get("sharedMemPerMultiprocessor", 233472)),
-                reserved_shared=int(p.get("reservedSharedMemPerBlock", 1024)),
-                warp_size=int(p.get("warpSize", 32)),
-            )
-        return self._sm
-
-    def status(self) -> str:
-        return self._cupti_reason  # "live (how records are read)" or "off (why)"
+            capture, why = cupti_trace.start(nvtx=nvtx)
+        # unless a registered source reads it (``capture.sources``)
+        self.source: TraceSource = CuptiSource(self, capture, why) if capture is not None else EventsSource(self, why)
 
     def info(self) -> DeviceInfo:
         cp = self._cp
@@ -134,6 +91,14 @@ class CudaBackend(TraceSource):
             uuid=_uuid(props) or cp.cuda.Device(self.index).pci_bus_id,
         )
 
+    def properties(self) -> dict[str, Any]:
+        return dict(self._cp.cuda.runtime.getDeviceProperties(self.index))
+
+    def context(self) -> int:
+        """The device's CUDA context (what CUPTI's stream ids are scoped by)."""
+        with self._device:
+            return int(self._cp.cuda.driver.ctxGetCurrent())
+
     # streams and events
     def stream(self) -> Any:
         with self._device:
@@ -151,6 +116,9 @@ class CudaBackend(TraceSource):
             event = self._cp.cuda.Event()
             event.record(self._on(stream))
             return event
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(self._cp.cuda.get_elapsed_time(start, end))
 
     def wait(self, stream: Any, event: Any) -> None:
         with self._device:
@@ -236,18 +204,7 @@ class CudaBackend(TraceSource):
             for _ in range(n_small):
                 small.launch()
 
-    # device truth
-    def open_span(self, span_id: int, stream: Any, *, copy: bool = False) -> Any:
-        if self._cupti is not None:  # CUPTI sees the device work itself
-            if self._cupti.correlating:
-                self._cupti.mark()
-                return _MARK
-            return None
-        if stream is None:
-            stream = self._current_stream()
-        return _EdgeEvents(span_id, stream, self.record(stream), "memcpy" if copy else "kernel")
-
-    def _current_stream(self) -> Any:
+    def current_stream(self) -> Any:
         """The stream the calling thread's own work goes to: PyTorch's current stream where
         PyTorch has started CUDA, else CuPy's (both the legacy default stream unless the
         code chose another, and that stream waits for every blocking stream)."""
@@ -264,77 +221,11 @@ class CudaBackend(TraceSource):
             stream = self._external[ptr] = self._cp.cuda.ExternalStream(ptr, self.index)
         return stream
 
-    def close_span(self, token: Any) -> None:
-        if token is _MARK:
-            self._cupti.mark()
-            return
-        end = self.record(token.stream)
-        with self._lock:
-            self._edges.append((token, end))
-
-    def stream_id(self, stream: Any) -> int | None:
-        if self._cupti is None:
-            return None
-        ptr = int(stream.ptr)
-        cached = self._stream_ids.get(ptr)
-        if cached is None:
-            with self._device:
-                context = int(self._cp.cuda.driver.ctxGetCurrent())
-            cached = self._stream_ids[ptr] = self._cupti.stream_id(context, ptr)
-        return cached
-
-    def begin(self) -> None:
-        self.synchronize()
-        if self._cupti is not None:
-            self._cupti.reset()
-            return
-        with self._device:
-            anchor = self._cp.cuda.Event()
-            anchor.record(self.default_stream)
-            anchor.synchronize()
-        self._anchor = (anchor, time.perf_counter_ns())
-        with self._lock:
-            self._edges = []
-
-    def ranges(self) -> tuple[list[Span], list[Span]]:
-        if self._cupti is None:
-            return [], []
-        return self._cupti.ranges()
-
-    def drain(self) -> tuple[DeviceWork, list[str]]:
-        if self._cupti is not None:
-            return self._cupti.drain()
-        return self._drain_events()
-
-    def _drain_events(self) -> tuple[DeviceWork, list[str]]:
-        if self._anchor is None:
-            self.begin()
-        assert self._anchor is not None
-        anchor, anchor_ns = self._anchor
-        with self._lock:
-            done = [(t, e) for t, e in self._edges if e.done]
-            self._edges = [(t, e) for t, e in self._edges if not e.done]
-        out = []
-        elapsed = self._cp.cuda.get_elapsed_time
-        for token, end in done:
-            start_ns = anchor_ns + int(elapsed(anchor, token.start) * 1e6)
-            end_ns = anchor_ns + int(elapsed(anchor, end) * 1e6)
-            out.append(DeviceInterval(token.kind, start_ns, end_ns, 0, "step events", 0, False, token.span_id))
-        note = (
-            "truth 'events': device time is each step's span between CUDA events on its stream (its stream= "
-            "or the current stream); kernels, copies and waits inside a step are not told apart, and work "
-            "on other non-blocking streams is not seen"
-        )
-        return DeviceWork.of(out), [note]
-
     def close(self) -> None:
         try:
-            if getattr(self, "source", self) is not self:
-                self.source.close()
             self.synchronize()
         finally:
-            if self._cupti is not None:
-                self._cupti.stop()
+            self.source.close()
             self._pool.free_all_blocks()
             self._sources.clear()
 
