@@ -22,7 +22,7 @@ from pytest_gpuprof.config import Settings, marker_budget
 from pytest_gpuprof.gate import Gate
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
-from pytest_gpuprof.outputs import FILES, Outputs
+from pytest_gpuprof.wrap_up import FILES, Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.compare import WAY_OUT
