@@ -22,11 +22,11 @@ from pytest_gpuprof.config import Settings, marker_budget
 from pytest_gpuprof.gate import Gate
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
-from pytest_gpuprof.wrap_up import FILES, Outputs
 from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.compare import WAY_OUT
 from pytest_gpuprof.verdict.outcome import Check, split_expected
+from pytest_gpuprof.wrap_up import FILES, Outputs
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
