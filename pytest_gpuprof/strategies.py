@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 try:
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
     from hypothesis import strategies as st
 except ImportError as e:  # an extra: the plugin itself never needs hypothesis
     raise ImportError("pytest_gpuprof.strategies needs hypothesis: pip install 'pytest-gpuprof[hypothesis]'") from e
@@ -31,11 +31,15 @@ PROFILE = "gpuprof"
 
 
 def register_profile() -> None:
-    """The ``gpuprof`` settings profile: GPU timing has no deadline and few examples."""
+    """The ``gpuprof`` settings profile: GPU timing has no deadline and few examples, and a
+    failing example is not "explained" (hypothesis's last phase runs it again with each part
+    varied, tens of measured runs more, to say which parts did not matter: with a size or
+    two drawn, the shrunk example says it already)."""
     settings.register_profile(
         PROFILE,
         deadline=None,
         max_examples=20,
+        phases=[phase for phase in Phase if phase is not Phase.explain],
         derandomize=bool(os.environ.get("CI")),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
         print_blob=True,

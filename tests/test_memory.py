@@ -301,7 +301,7 @@ from hypothesis import given, settings
 from pytest_gpuprof.strategies import buffer_sizes
 
 @pytest.mark.gpu_budget(max_memory=THRESHOLD - 1)
-@settings(max_examples=60, database=None)
+@settings(settings.get_profile("gpuprof"), max_examples=60, database=None)
 @given(size=buffer_sizes(1 << 10, 128 << 20))
 def test_alloc(gpuprof, gpu_workload, size):
     def body():

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from hypothesis import find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuprof.strategies import ALIGNMENTS, EDGES, buffer_sizes, partition_counts, snap
@@ -101,6 +101,8 @@ def test_the_gpuprof_profile_fits_gpu_timing():
     profile = settings.get_profile("gpuprof")
     assert profile.deadline is None
     assert profile.max_examples == 20
+    # a failing example is shrunk, not explained: explaining re-measures it tens of times
+    assert Phase.shrink in profile.phases and Phase.explain not in profile.phases
 
 
 SHRINK = """
@@ -127,7 +129,7 @@ def test_find_threshold(gpuprof, gpu_workload):
     print(f"THRESHOLD={hi}")
 
 @pytest.mark.gpu_budget(**BUDGET)
-@settings(max_examples=40, database=None)
+@settings(settings.get_profile("gpuprof"), max_examples=40, database=None)
 @given(size=buffer_sizes(1 << 10, 32 * MIB))
 def test_compute_budget(gpuprof, gpu_workload, size):
     gpuprof.measure(lambda: kernels_for(gpu_workload, size), rounds=1, warmup=0)

@@ -133,7 +133,7 @@ from hypothesis import given, settings
 from pytest_gpuprof.strategies import buffer_sizes
 
 @pytest.mark.gpu_budget(max_memory=THRESHOLD - 1)
-@settings(max_examples=200, database=None)  # sizes in the top quarter of 4 GiB are drawn rarely
+@settings(settings.get_profile("gpuprof"), max_examples=200, database=None)  # sizes in the top quarter of 4 GiB are drawn rarely
 @given(size=buffer_sizes(1 << 10, 4 << 30))
 def test_alloc(gpuprof, gpu_workload, size):
     def body():
