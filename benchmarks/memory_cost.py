@@ -5,6 +5,8 @@ Run on a CUDA machine: ``python benchmarks/memory_cost.py LOOP [--cycles N]``, L
 ``graph`` (the CUDA-graph MLP of ``observer.py``: PyTorch's counters read at each round's
 edges), ``pytorch`` (its training loop, the same) or ``cupy`` (2,000 small elementwise
 operations a round, each allocating its output: CuPy's pool hook called for every one).
+``jax`` (200 small jitted steps a round with JAX's platform allocator, each output its own
+mapping: the driver's allocation calls followed by CUPTI callbacks).
 ``memory`` marks at each round's edges, as a window's edges are marked; ``memory+steps``
 also marks a step's edge every 100 operations (``cupy``) or once a round (the others);
 ``each+steps`` the same as under a memory budget (CuPy's allocation hook on).
@@ -43,6 +45,29 @@ def make_round():
 
     return one_round
 """
+JAX = """
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+import jax
+import jax.numpy as jnp
+
+def make_round():
+    w = jnp.ones((1024, 1024), jnp.float32)
+    step = jax.jit(lambda x: jnp.tanh(x @ w))
+    x0 = jnp.ones((256, 1024), jnp.float32)
+
+    def one_round(mark=None):
+        x = x0
+        for i in range(200):
+            if mark is not None and i % 20 == 0:
+                mark()
+            x = step(x)
+        x.block_until_ready()
+        return x
+
+    return one_round
+"""
 CONFIGS = ["none", "memory", "memory+steps", "each+steps"]
 
 
@@ -50,18 +75,18 @@ def main() -> None:
     from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("loop", choices=["graph", "pytorch", "cupy"])
+    parser.add_argument("loop", choices=["graph", "pytorch", "cupy", "jax"])
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     namespace: dict[str, Any] = {}
-    exec(CUPY if args.loop == "cupy" else LOOPS[args.loop], namespace)
+    exec({"cupy": CUPY, "jax": JAX}.get(args.loop) or LOOPS[args.loop], namespace)
     one_round = namespace["make_round"]()
     for _ in range(3):
         one_round()
     blocks: dict[str, list[float]] = {c: [] for c in CONFIGS}  # the round with its edge marks
     windows: dict[str, list[float]] = {c: [] for c in CONFIGS}  # between the edge marks, as a window
-    sources = 0
+    sources, names = 0, None
     for cycle in range(args.cycles):
         for config in CONFIGS if cycle % 2 == 0 else CONFIGS[::-1]:
             tracker = MemoryTracker(Discovery()) if config != "none" else None
@@ -76,7 +101,7 @@ def main() -> None:
                 if mark is not None:
                     mark()
                 opened = time.perf_counter_ns()
-                if args.loop == "cupy":
+                if args.loop in ("cupy", "jax"):
                     one_round(step if config.endswith("+steps") else None)
                 else:
                     if config.endswith("+steps") and step is not None:
@@ -89,6 +114,7 @@ def main() -> None:
                 inside.append((closed - opened) / 1e6)
             if tracker is not None:
                 sources = len(tracker.sources)
+                names = tracker.name or tracker.why
                 tracker.close()
             blocks[config].append(statistics.median(walls[1:]))
             windows[config].append(statistics.median(inside[1:]))
@@ -96,7 +122,7 @@ def main() -> None:
     for config, medians in blocks.items():
         wall, window = statistics.median(medians), statistics.median(windows[config])
         out = {"loop": args.loop, "config": config, "wall_ms": round(wall, 3), "window_ms": round(window, 3)}
-        out |= {"sources": sources, "blocks": f"{min(medians):.3f}-{max(medians):.3f}"}
+        out |= {"sources": sources, "names": names, "blocks": f"{min(medians):.3f}-{max(medians):.3f}"}
         print(
             json.dumps(out), f"round {100 * (wall / base - 1):+.2f}%, window {100 * (window / window_base - 1):+.2f}%"
         )
