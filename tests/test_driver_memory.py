@@ -223,12 +223,36 @@ def test_jax_with_a_pool_reads_not_measured_with_the_way_to_measure_it(jax, monk
     assert tracker.sources == []
 
 
+def gated_tracker():
+    """A test's tracker under a memory budget (``Profiler`` calls ``see_each`` at once)."""
+    tracker = MemoryTracker(Discovery())
+    tracker.see_each()
+    return tracker
+
+
 def test_jax_with_its_platform_allocator_is_read_from_the_driver(jax, monkeypatch, cupti):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
-    tracker = MemoryTracker(Discovery())
+    tracker = gated_tracker()
     got = window(tracker, lambda: cupti.call("cuMemMap", 0x3_0000_0000, 64 << 20, 0, 1, 0))
     assert got.source == "driver" and got.peak_bytes == 64 << 20
+    tracker.close()
+
+
+def test_jax_memory_is_followed_only_under_a_memory_budget_and_from_the_gates_next_window(jax, monkeypatch, cupti):
+    """The callbacks cost each allocation some Python: a test that does not gate memory
+    does not pay them, and reads "not measured" with the reason; a gate set later (by
+    ``check`` or a budget added at run time) follows the calls from its next window."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
+    tracker = MemoryTracker(Discovery())
+    first = tracker.mark(0)
+    cupti.alloc(1 << 20)
+    assert tracker.log(first, tracker.mark(1)) is None
+    assert tracker.why == driver_memory.UNGATED and cupti.callback is None  # not subscribed
+    tracker.see_each()
+    got = window(tracker, lambda: cupti.alloc(3 << 20))
+    assert got.source == "driver" and got.peak_bytes == 3 << 20
     tracker.close()
 
 
@@ -237,7 +261,7 @@ def test_jax_started_inside_a_window_leaves_that_window_not_measured(jax, monkey
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
     started = jax._backends
     jax._backends = {}
-    tracker = MemoryTracker(Discovery())
+    tracker = gated_tracker()
     tracker.sources.append(FrozenSource())
     first = tracker.mark(0)
     jax._backends = started
@@ -252,7 +276,7 @@ def test_jax_started_inside_a_window_leaves_that_window_not_measured(jax, monkey
 def test_another_subscriber_is_named_as_the_reason(jax, monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=FakeCupti(taken=True)))
-    tracker = MemoryTracker(Discovery())
+    tracker = gated_tracker()
     first = tracker.mark(0)
     assert tracker.log(first, tracker.mark(1)) is None
     assert "MULTIPLE_SUBSCRIBERS" in tracker.why

@@ -39,13 +39,18 @@ class Discovery:
         self.unseen: str | None = None  # why no source can read the test's memory
         self.restart = False  # the sources found so far are to be dropped (JAX started)
 
+    def forget_jax(self) -> None:
+        """Look for JAX again at the next mark (a memory gate came after it was found)."""
+        self._seen.discard("jax")
+        self.unseen = None
+
     def __call__(self, tick: Callable[[], int]) -> list[MemorySource]:
         out: list[MemorySource] = []
         if "jax" not in self._seen and driver_memory.jax_started():
             # the driver sees JAX's arrays, and the other frameworks' allocations with them
             self._seen |= {"jax", "torch", "cupy"}
-            source, self.unseen = driver_memory.for_jax(tick)
             self.restart = True
+            source, self.unseen = driver_memory.for_jax(tick, gated=self.each)
             return [source] if source is not None else []
         torch = sys.modules.get("torch")
         if "torch" not in self._seen and torch is not None and torch.cuda.is_initialized():
@@ -90,6 +95,8 @@ class MemoryTracker:
         self._each = True
         if isinstance(self._discover, Discovery):
             self._discover.each = True
+            if self._discover.unseen == driver_memory.UNGATED:
+                self._discover.forget_jax()  # found before the gate: followed from the next mark
         self.sources = [s.hooked(self.tick) if isinstance(s, CupySource) else s for s in self.sources]
 
     @property

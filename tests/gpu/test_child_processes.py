@@ -66,9 +66,14 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
         [sys.executable, str(script), "--profile"], capture_output=True, text=True, check=True, env=untold
     )
     profiler_ms = float(reference.stdout.split("PROFILER_MS=")[1])
-    started = time.perf_counter()
-    subprocess.run([sys.executable, str(script)], capture_output=True, check=True, env=untold)
-    untraced_wall_ms = 1e3 * (time.perf_counter() - started)
+    # the quickest of three: a Python process importing PyTorch starts in 2.7-3.3 s (one
+    # reference of 3.25 s against a traced 2.79 s failed this test once)
+    walls = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, str(script)], capture_output=True, check=True, env=untold)
+        walls.append(1e3 * (time.perf_counter() - started))
+    untraced_wall_ms = min(walls)
     out: list[str] = []
 
     def run() -> None:
