@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.analysis.device_work import DeviceWork
@@ -22,8 +22,17 @@ from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.occupancy import SmLimits
 from pytest_gpuprof.capture.trace_source import TraceSource
 
-if TYPE_CHECKING:
-    from pytest_gpuprof.capture.backends.cuda import CudaBackend
+
+class CudaDevice(Protocol):
+    """What the sources ask of the ``cuda`` backend."""
+
+    def properties(self) -> dict[str, Any]: ...
+    def context(self) -> int: ...
+    def synchronize(self, stream: Any = None) -> None: ...
+    def record(self, stream: Any = None) -> Any: ...
+    def current_stream(self) -> Any: ...
+    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+
 
 # a step's token where CUPTI ties launches to steps: its edges are marked
 _MARK = object()
@@ -34,7 +43,7 @@ class CuptiSource(TraceSource):
 
     kind = kinds.CUPTI
 
-    def __init__(self, backend: CudaBackend, capture: Any, why: str) -> None:
+    def __init__(self, backend: CudaDevice, capture: Any, why: str) -> None:
         self._backend = backend
         self.capture = capture  # ``cupti_trace.CuptiCapture``
         self._status = f"{why}; {capture.nvtx}"
@@ -111,7 +120,7 @@ class EventsSource(TraceSource):
 
     kind = kinds.EVENTS
 
-    def __init__(self, backend: CudaBackend, why: str) -> None:
+    def __init__(self, backend: CudaDevice, why: str) -> None:
         self._backend = backend
         self._why = why
         self._lock = threading.Lock()
