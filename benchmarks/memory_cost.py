@@ -86,7 +86,7 @@ def main() -> None:
         one_round()
     blocks: dict[str, list[float]] = {c: [] for c in CONFIGS}  # the round with its edge marks
     windows: dict[str, list[float]] = {c: [] for c in CONFIGS}  # between the edge marks, as a window
-    sources, names = 0, None
+    read_by: dict[str, str | None] = {}  # each configuration's sources, or why it had none
     for cycle in range(args.cycles):
         for config in CONFIGS if cycle % 2 == 0 else CONFIGS[::-1]:
             tracker = MemoryTracker(Discovery()) if config != "none" else None
@@ -113,8 +113,7 @@ def main() -> None:
                 walls.append((time.perf_counter_ns() - start) / 1e6)
                 inside.append((closed - opened) / 1e6)
             if tracker is not None:
-                sources = len(tracker.sources)
-                names = tracker.name or tracker.why
+                read_by[config] = tracker.name or tracker.why
                 tracker.close()
             blocks[config].append(statistics.median(walls[1:]))
             windows[config].append(statistics.median(inside[1:]))
@@ -122,7 +121,7 @@ def main() -> None:
     for config, medians in blocks.items():
         wall, window = statistics.median(medians), statistics.median(windows[config])
         out = {"loop": args.loop, "config": config, "wall_ms": round(wall, 3), "window_ms": round(window, 3)}
-        out |= {"sources": sources, "names": names, "blocks": f"{min(medians):.3f}-{max(medians):.3f}"}
+        out |= {"read_by": read_by.get(config), "blocks": f"{min(medians):.3f}-{max(medians):.3f}"}
         print(
             json.dumps(out), f"round {100 * (wall / base - 1):+.2f}%, window {100 * (window / window_base - 1):+.2f}%"
         )
