@@ -89,7 +89,12 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
     longest = order[np.r_[0, np.flatnonzero(np.diff(group[order])) + 1]]
     out = []
     shown = short_names(kernels.names[n] for n in names.tolist())
-    for name, count, total, at in zip(names.tolist(), counts.tolist(), totals.tolist(), longest.tolist(), strict=True):
+    # the top names by time (ties in name order), before any of them is summarized: a
+    # window of 50,000 kernels can hold as many names
+    top = np.argsort(-(totals / NS_PER_MS), kind="stable")[:TOP]
+    for name, count, total, at in zip(
+        names[top].tolist(), counts[top].tolist(), totals[top].tolist(), longest[top].tolist(), strict=True
+    ):
         shape = Geometry(*(int(rows[f][at]) for f in _SHAPE))
         known = sm is not None and shape.threads > 0
         out.append(
@@ -105,7 +110,7 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
                 short=shown[kernels.names[name]],
             )
         )
-    return tuple(sorted(out, key=lambda k: -k.total_ms)[:TOP])
+    return tuple(out)
 
 
 # the kernels whose totals a report keeps by name, per round; the rest are one entry
