@@ -56,17 +56,15 @@ def _word(address: int, index: int) -> int:
 
 
 class DriverSource(Counted):
-    """Each allocation the driver makes in this process while subscribed. Replaces the
-    frameworks' sources (``alone``): they count the same memory again."""
+    """Each allocation the driver makes in this process while subscribed. It replaces the
+    frameworks' sources (``memory.Discovery``): they would count the same memory again."""
 
     name = "driver"
-    alone = True
     note = NOTE
 
     def __init__(self, tick: Callable[[], int], cupti: Any) -> None:
         super().__init__(tick, 0)
         self._cupti = cupti
-        self._sizes: dict[int, int] = {}
         self._exit = int(cupti.ApiCallbackSite.API_EXIT)
         self.failed: str | None = None  # a call the source could not read: its figures are not sound
         names = cupti.driver_api_trace_cbid
@@ -89,9 +87,9 @@ class DriverSource(Counted):
             params = int(ctypes.c_void_p.from_address(int(data.ptr) + _PARAMS_AT).value or 0)
             kind = self._kinds.get(int(cbid))
             if kind == "free":
-                nbytes = self._sizes.pop(_word(params, 0), None)
-                if nbytes is not None:
-                    self.freed(_word(params, 0), nbytes)
+                live = self.allocations.get(address := _word(params, 0))  # none: made before the source began
+                if live is not None:
+                    self.freed(address, live.nbytes)
                 return
             if kind == "alloc":
                 address, nbytes = _word(_word(params, 0), 0), _word(params, 1)
@@ -101,7 +99,6 @@ class DriverSource(Counted):
                 address, nbytes = _word(params, 0), _word(params, 1)
             else:
                 return
-            self._sizes[address] = nbytes
             caller = sys._getframe(0).f_back  # None in a thread the driver called from outside Python
             self.allocated(address, nbytes, self._places.of(caller) if caller is not None else OUTSIDE)
         except Exception as e:  # never into the driver: the figures are said to be unsound instead

@@ -75,7 +75,7 @@ class CudaBackend:
 
     def info(self) -> DeviceInfo:
         cp = self._cp
-        props = cp.cuda.runtime.getDeviceProperties(self.index)
+        props = self.properties()
         driver = cp.cuda.runtime.driverGetVersion()
         from pytest_gpuprof.capture import nvml
 
