@@ -1,5 +1,6 @@
 """Property-based stress with hypothesis: the strategies, the profile, shrinking, memory guards."""
 
+import random
 import re
 
 import pytest
@@ -26,8 +27,14 @@ KIB, MIB = 1 << 10, 1 << 20
 )
 def test_each_edge_case_is_drawn(name, predicate):
     # the upper end comes from the integers' own bias to their bounds, about one draw in 700
-    # (300 to 1,600 in 12 seeds): 2,000 examples missed it in about one run in twenty
-    found = find(buffer_sizes(3, 64 * MIB + 5), predicate, settings=settings(max_examples=20_000, database=None))
+    # (300 to 1,600 in 12 seeds): 2,000 examples missed it in about one run in twenty. A
+    # seeded search: the same draws every run, so its cost does not vary (it did, 0.7-6.5 s)
+    found = find(
+        buffer_sizes(3, 64 * MIB + 5),
+        predicate,
+        settings=settings(max_examples=20_000, database=None),
+        random=random.Random(0),
+    )
     assert 3 <= found <= 64 * MIB + 5, name
 
 

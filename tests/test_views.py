@@ -164,14 +164,16 @@ window.addEventListener("load", () => {{
 </script></body></html>"""
 
 
-def chromium_doms(*urls):
-    """Each page's DOM after its script ran (``--dump-dom`` of each, from one browser)."""
+def chromium_doms(*urls, also=()):
+    """Each page's DOM after its script ran (``--dump-dom`` of each, from one browser);
+    ``also``: more of the browser's flags (a screenshot, in which the first page fills the
+    window)."""
     first = Path(urllib.parse.unquote(urllib.parse.urlparse(urls[0]).path))
     frames = "".join(f'<iframe src="{html.escape(u)}" width="1300" height="1300"></iframe>' for u in urls)
     with tempfile.NamedTemporaryFile("w", suffix=".html", dir=first.parent, delete=False) as page:
         page.write(FRAMES.format(frames))
     try:
-        dom = chromium("--allow-file-access-from-files", "--dump-dom", Path(page.name).as_uri()).stdout
+        dom = chromium("--allow-file-access-from-files", "--dump-dom", *also, Path(page.name).as_uri()).stdout
     finally:
         Path(page.name).unlink()
     doms = [html.unescape(d) for d in re.findall(r'<pre class="frame">(.*?)</pre>', dom, re.S)]
@@ -184,7 +186,8 @@ def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_p
     pytester.makepyfile(SUITE)
     pytester.runpytest("--gpu-backend=host", "--gpu-html=report.html").assert_outcomes(passed=3, warnings=1)
     url = Path(pytester.path, "report.html").as_uri()
-    before, after = chromium_doms(url, url + "#click=2")
+    shot = tmp_path / "report.png"
+    after, before = chromium_doms(url + "#click=2", url, also=[f"--screenshot={shot}"])
     assert before.count("<tr data-index=") == 3
     assert 'class="breach"' in before  # the breaching test is highlighted
     assert "Click a test to see its timeline." in before
@@ -194,8 +197,6 @@ def test_html_renders_and_a_click_shows_the_timeline_in_chromium(pytester, tmp_p
     assert {"step", "region", "kernel", "memcpy", "idle"} <= set(lanes)
     assert after.count('class="item"') > 5
     assert "breach of min_utilization" in after
-    shot = tmp_path / "report.png"
-    chromium(f"--screenshot={shot}", url + "#click=2")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 
@@ -249,8 +250,11 @@ def _view(dom):
     return float(re.search(r'data-lo="([^"]+)"', tag)[1]), float(re.search(r'data-hi="([^"]+)"', tag)[1])
 
 
-def _row(dom, nodeid_part):
-    return re.search(rf'<tr data-index="(\d+)"[^>]*><td title="[^"]*{nodeid_part}', dom)[1]
+def _row(url, nodeid_part):
+    """The row of a test: its index among the page's tests (its row's ``data-index``)."""
+    page = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).read_text()
+    data = json.loads(page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0])
+    return next(i for i, t in enumerate(data["tests"]) if nodeid_part in t["id"])
 
 
 needs_chromium = pytest.mark.skipif(
@@ -261,7 +265,7 @@ needs_chromium = pytest.mark.skipif(
 @needs_chromium
 def test_the_timeline_zooms_about_the_pointer_pans_by_the_drag_and_stays_in_the_window(pytester):
     url = _seed_page(pytester)
-    seed = _row(chromium("--dump-dom", url).stdout, "test_seed")
+    seed = _row(url, "test_seed")
     views = [
         _view(dom)
         for dom in chromium_doms(
@@ -289,8 +293,7 @@ def test_the_timeline_zooms_about_the_pointer_pans_by_the_drag_and_stays_in_the_
 @needs_chromium
 def test_the_timeline_names_its_steps_and_shows_only_what_is_there(pytester):
     url = _seed_page(pytester)
-    first = chromium("--dump-dom", url).stdout
-    seed, quiet = chromium_doms(f"{url}#click={_row(first, 'test_seed')}", f"{url}#click={_row(first, 'test_no_idle')}")
+    seed, quiet = chromium_doms(f"{url}#click={_row(url, 'test_seed')}", f"{url}#click={_row(url, 'test_no_idle')}")
     labels = re.findall(r'<text [^>]*class="label"[^>]*>([^<]+)</text>', seed)
     assert {"upload", "compute"} <= set(labels)  # step names on their boxes at the default zoom
     assert re.findall(r'class="tick">([^<]+) ms<', seed)  # a time axis with ticks

@@ -97,7 +97,8 @@ class HostBuffer:
 class _Pool:
     """A caching allocator: freed blocks wait for reuse until ``trim``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, premap: bool) -> None:
+        self._premap = premap
         self._lock = threading.Lock()
         self._free: dict[int, list[np.ndarray]] = defaultdict(list)
         self.in_use = 0
@@ -110,9 +111,11 @@ class _Pool:
             array = blocks.pop() if blocks else None
         if array is None:
             # A GPU allocator maps device memory when it allocates; here the first write
-            # would map the pages, inside whichever copy came first. Map them now.
+            # would map the pages, inside whichever copy came first: on the real clock, map
+            # them now (the virtual clock's times do not depend on it)
             array = np.zeros(nbytes, dtype=np.uint8)
-            array[:: os.sysconf("SC_PAGE_SIZE") if nbytes else 1] = 0
+            if self._premap:
+                array[:: os.sysconf("SC_PAGE_SIZE") if nbytes else 1] = 0
         with self._lock:
             self.in_use += nbytes
         buffer = HostBuffer(array)
@@ -175,7 +178,7 @@ class HostBackend:
         self.on_interval: Callable[[DeviceInterval], None] | None = None
         self._streams: list[HostStream] = []
         self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
-        self.pool = _Pool()
+        self.pool = _Pool(premap=not self.clock.virtual)
         self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
         # its own stamps, unless a registered source reads it (``capture.sources``)
