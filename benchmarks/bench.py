@@ -3,8 +3,9 @@
 Run on a CUDA machine: ``python benchmarks/bench.py [ROW ...]`` (CuPy, cupti-python,
 triton for the do_bench row; ROW: cupti, plugin, step, accuracy, repeatability, gate).
 ``python benchmarks/bench.py --host [plugin] [gate]`` runs the rows that mean something
-without a GPU: the plugin's cost and the gate rows on the host backend. Prints one table;
-each row is measured in this run.
+without a GPU: the plugin's cost and the gate rows on the host backend. ``--runs N`` and
+``--tests N``: the plugin row's pairs of runs (15) and trivial tests (1,000). Prints one
+table; each row is measured in this run.
 """
 
 from __future__ import annotations
@@ -20,21 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-rows: list[tuple[str, str, str]] = []
-
-
-def row(name: str, ours: str, reference: str) -> None:
-    rows.append((name, ours, reference))
-    print(f"{name:<58} {ours:<34} {reference}", flush=True)
-
-
-def per_call_us(fn, n: int) -> float:
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        fn(n)
-        best = min(best, (time.perf_counter_ns() - start) / n / 1000)
-    return best
+from gate_rows import gate_reliability, gate_reliability_kernels  # noqa: E402  (benchmarks/)
+from table import per_call_us, row  # noqa: E402
 
 
 def step_cost(cp, backend, profiler) -> float:
@@ -104,8 +92,8 @@ def cupti_cost(cp) -> None:
     )
 
 
-def unused_plugin_cost(runs: int = 15) -> None:
-    """1,000 trivial tests with and without the plugin, ``runs`` pairs run alternately.
+def unused_plugin_cost(runs: int = 15, tests: int = 1000) -> None:
+    """``tests`` trivial tests with and without the plugin, ``runs`` pairs run alternately.
 
     Whole-process times vary by several percent from run to run, more than the plugin's
     share: the row gives the median of the paired differences, in wall and in CPU time
@@ -116,7 +104,7 @@ def unused_plugin_cost(runs: int = 15) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_trivial.py").write_text(
-            "import pytest\n\n@pytest.mark.parametrize('i', range(1000))\ndef test_trivial(i):\n    assert i >= 0\n"
+            f"import pytest\n\n@pytest.mark.parametrize('i', range({tests}))\ndef test_trivial(i):\n    assert i >= 0\n"
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
@@ -144,7 +132,7 @@ def unused_plugin_cost(runs: int = 15) -> None:
             diffs = sorted(100 * (p[1][index] - p[0][index]) / without for p in pairs)
             q = statistics.quantiles(diffs, n=4)
             row(
-                f"1,000 trivial tests, plugin loaded vs not: {label} ({runs} pairs)",
+                f"{tests:,} trivial tests, plugin loaded vs not: {label} ({runs} pairs)",
                 f"{statistics.median(diffs):+.1f}% (IQR of pairs {q[0]:+.1f}..{q[2]:+.1f}%)",
                 f"{without:.2f} s without",
             )
@@ -245,75 +233,6 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> None:
-    """Rows of false alarms and catches, each verdict the plugin's, on the same measured rounds.
-
-    ``unchanged`` and ``slowed`` are 20 runs' rounds each; every expression is judged on
-    the first ``n`` rounds a side, for each ``n`` in ``counts``.
-    """
-    from pytest_gpuprof.verdict.compare import assess, parse_thresholds
-
-    print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
-    for name, runs in (("unchanged", unchanged), ("slowed", slowed)):
-        print(f"    {name} run medians (ms): {' '.join(f'{statistics.median(r):.2f}' for r in runs)}", flush=True)
-    for expression in expressions:
-        (threshold,) = parse_thresholds(expression)
-        for n in counts:
-            alarms = [assess(threshold, baseline[:n], r[:n]).finding == "regression" for r in (*unchanged, *slowed)]
-            row(
-                f"gate {expression}, {n} rounds a side ({label})",
-                f"false alarms {sum(alarms[: len(unchanged)])}/20 unchanged; "
-                f"caught {sum(alarms[len(unchanged) :])}/20 slowed by 10%",
-                f"baseline wall median {statistics.median(baseline[:n]):.2f} ms",
-            )
-
-
-def gate_reliability(workload, rounds: int = 9) -> None:
-    """The regression gate on the two-lock pipeline, unchanged and slowed by 10%, 20 runs each.
-
-    Every run measures ``rounds`` rounds; the gate is judged on the first 5 rounds and on
-    all of them, at a +5% and a +3% threshold, so that each verdict sees the same rounds.
-    """
-    size = 1 << 30 if workload.backend.name == "cuda" else 64 << 20
-
-    def run(extra_ms: float) -> list[float]:
-        """``rounds`` of the two-lock pipeline; ``extra_ms`` of host work injected in each."""
-        samples = []
-        for _ in range(rounds):
-            with workload.profiler.window("gate") as done:
-                workload.partitions(n=4, upload_bytes=size, strategy="two-lock")
-                time.sleep(extra_ms / 1000)
-            samples.append(done[0].metrics.wall_ms)
-        return samples
-
-    run(0)  # warm-up: the first rounds pin the host source and grow the pool
-    baseline = run(0)
-    slowdown = 0.1 * statistics.median(baseline)
-    unchanged = [run(0) for _ in range(20)]
-    slowed = [run(slowdown) for _ in range(20)]
-    label = f"two-lock, 4 x {size >> 20} MiB"
-    judge_gate(label, baseline, unchanged, slowed, ("wall_ms:+5%", "wall_ms:+3%"), sorted({5, rounds}))
-
-
-def gate_reliability_kernels(profiler, workload) -> None:
-    """The same gate on a steady workload: 20 ms of matmuls a round; slowed by 2 ms of them."""
-    stream = workload.backend.stream()
-
-    def run(ms: float) -> list[float]:
-        def body() -> None:
-            with profiler.step("compute"):
-                workload.backend.compute(ms, kind="matmul", stream=stream)
-                workload.backend.synchronize(stream)
-
-        return list(profiler.measure(body, rounds=5, warmup=1).rounds["wall_ms"].samples)
-
-    run(20)  # warm-up, as the pipeline gate does: a cold GPU's first rounds run slow
-    baseline = run(20)
-    unchanged = [run(20) for _ in range(20)]
-    slowed = [run(22) for _ in range(20)]
-    judge_gate("20 ms of matmuls", baseline, unchanged, slowed, ("wall_ms:+5%",), (5,))
-
-
 def repeatability(workload) -> None:
     """The seed pipeline 10 times: one round each, then as the plugin reports it (medians of 5)."""
     steps = ("alloc", "upload", "sync", "trim", "compute")
@@ -346,7 +265,7 @@ def repeatability(workload) -> None:
                 )
 
 
-def host_main(only: set[str]) -> None:
+def host_main(only: set[str], runs: int, tests: int) -> None:
     """The rows that mean something without a GPU: the plugin's cost, the gate on the host backend."""
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.device import GpuDevice
@@ -355,7 +274,7 @@ def host_main(only: set[str]) -> None:
 
     print(f"{'row (CPU machine, host backend)':<58} {'pytest-gpuprof':<34} reference", flush=True)
     if not only or "plugin" in only:
-        unused_plugin_cost()
+        unused_plugin_cost(runs, tests)
     if only and "gate" not in only:
         return
     backend = HostBackend()
@@ -368,9 +287,19 @@ def host_main(only: set[str]) -> None:
 
 
 def main() -> None:
-    only = {a for a in sys.argv[1:] if a != "--host"}  # e.g. "gate plugin": run just those rows
-    if "--host" in sys.argv:
-        host_main(only)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rows", nargs="*", help="run just those rows (all unless named)")
+    parser.add_argument("--host", action="store_true", help="the rows that mean something without a GPU")
+    parser.add_argument("--runs", type=int, default=15, help="the plugin row's pairs of runs")
+    parser.add_argument("--tests", type=int, default=1000, help="the plugin row's trivial tests")
+    args = parser.parse_args()
+    if args.runs < 2:
+        parser.error(f"--runs={args.runs}: at least 2 (the row gives the spread of the pairs)")
+    only = set(args.rows)  # e.g. "gate plugin"
+    if args.host:
+        host_main(only, args.runs, args.tests)
         return
     import cupy as cp
 
@@ -386,7 +315,7 @@ def main() -> None:
     if wanted("cupti"):
         cupti_cost(cp)  # before any capture is registered in this process
     if wanted("plugin"):
-        unused_plugin_cost()
+        unused_plugin_cost(args.runs, args.tests)
     backend = CudaBackend(0, cupti=True)
     backend.source.begin()
     profiler = Profiler(backend)

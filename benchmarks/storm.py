@@ -43,107 +43,126 @@ BURSTS, LAUNCHES = 5, 20_000
 PLUGIN_RUNS = 3  # with and without CUPTI in turns
 
 
+def per_launch_us(launch, bursts: int = BURSTS) -> list[float]:
+    """The host time a launch of each burst of ``LAUNCHES`` (us)."""
+    spent = []
+    for _ in range(bursts):
+        start = time.perf_counter_ns()
+        launch(LAUNCHES)
+        spent.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+    return spent
+
+
+def hwtrace(cupti) -> None:
+    from pytest_gpuprof.capture.cupti_trace import libcupti
+
+    cupti.get_timestamp()  # CUPTI loaded and initialised
+    library = libcupti()
+    status, text = library.cuptiActivityEnableHWTrace(ctypes.c_uint8(1)), ctypes.c_char_p()
+    library.cuptiGetResultString(status, ctypes.byref(text))
+    print(f"hwtrace      cuptiActivityEnableHWTrace(1) returned {status} ({(text.value or b'').decode()})")
+
+
+def started(cupti, mode: str):
+    """The capture of ``mode``, started (None where the mode traces nothing)."""
+    if mode == "attached":
+        cupti.get_timestamp()
+    if mode in ("off", "attached"):
+        return None
+    from pytest_gpuprof.capture.cupti_trace import CuptiCapture, libcupti
+
+    capture = CuptiCapture(
+        cupti, library=libcupti if mode.startswith("buffers") else None, correlate=mode == "buffers+calls"
+    )
+    if mode.endswith("+api"):
+        cupti.activity_enable(cupti.ActivityKind.RUNTIME)
+    capture.drain()
+    return capture
+
+
+def drained(cupti, capture, mode: str, launch) -> tuple[float, float, int]:
+    """One flush and the reading of every record, timed apart: (flush s, read s, records)."""
+    start = time.perf_counter_ns()
+    cupti.activity_flush_all(1)  # CUPTI hands over what it holds: the callbacks run now
+    flush_s = (time.perf_counter_ns() - start) / 1e9
+    start = time.perf_counter_ns()
+    intervals, notes = capture.drain()  # reading: every record into a DeviceWork row
+    read_s = (time.perf_counter_ns() - start) / 1e9
+    print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
+    if capture._raw is not None:
+        read_in_two(cupti, capture, mode, launch)
+    return flush_s, read_s, len(intervals)
+
+
+def read_in_two(cupti, capture, mode: str, launch) -> None:
+    """The read split in two: bytes to numpy tables, tables to rows."""
+    import numpy as np
+
+    from pytest_gpuprof.capture.cupti_records import records_of, unpack
+
+    launch(LAUNCHES)
+    cupti.activity_flush_all(1)
+    filled = capture._raw.take()
+    start = time.perf_counter_ns()
+    tables = [unpack(np.frombuffer(memoryview(m).cast("B"), np.uint8, count=v), capture._layouts) for m, v in filled]
+    unpack_ns = time.perf_counter_ns() - start
+    start = time.perf_counter_ns()
+    for t in tables:
+        assert t is not None
+        kernels = records_of(t, capture._names, capture._copy_names, capture._pageable)
+    records_ns = time.perf_counter_ns() - start
+    count = sum(len(t["kernel"]) for t in tables if t is not None)
+    print(
+        f"  {mode}: {count} kernel records: unpack {unpack_ns / count / 1000:.3f} us/record, "
+        f"into rows {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
+    )
+
+
+def off_and_on(cupti, capture, mode: str, launch) -> None:
+    """Tracing (kernels, or kernels and calls) off and on in turns."""
+    kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
+    if mode == "buffers+calls":
+        kinds += [cupti.ActivityKind.DRIVER]
+    off, on = [], []
+    for _ in range(5):
+        for kind in kinds:
+            cupti.activity_disable(kind)
+        off += per_launch_us(launch, 1)
+        for kind in kinds:
+            cupti.activity_enable(kind)
+        on += per_launch_us(launch, 1)
+        capture.drain()
+    print(
+        f"  {mode}: {'+'.join(k.name for k in kinds)} records off/on in turns, per launch: "
+        f"on {statistics.median(on):.2f} us, off {statistics.median(off):.2f} us: "
+        f"{statistics.median(on) - statistics.median(off):+.2f} us",
+        flush=True,
+    )
+
+
 def storm(mode: str) -> None:
     import cupy as cp
-    import numpy as np
     from bench import empty_launches  # benchmarks/, this script's folder
+    from cupti import cupti
 
     launch = empty_launches(cp)
     launch(1000)  # compile and load the kernel before any tracing
-    capture = None
-    from cupti import cupti
-
     if mode == "hwtrace":
-        from pytest_gpuprof.capture.cupti_trace import libcupti
-
-        cupti.get_timestamp()  # CUPTI loaded and initialised
-        library = libcupti()
-        status, text = library.cuptiActivityEnableHWTrace(ctypes.c_uint8(1)), ctypes.c_char_p()
-        library.cuptiGetResultString(status, ctypes.byref(text))
-        print(f"hwtrace      cuptiActivityEnableHWTrace(1) returned {status} ({(text.value or b'').decode()})")
+        hwtrace(cupti)
         return
-    if mode == "attached":
-        cupti.get_timestamp()
-    elif mode != "off":
-        from pytest_gpuprof.capture.cupti_trace import CuptiCapture, libcupti
-
-        capture = CuptiCapture(
-            cupti, library=libcupti if mode.startswith("buffers") else None, correlate=mode == "buffers+calls"
-        )
-        if mode.endswith("+api"):
-            cupti.activity_enable(cupti.ActivityKind.RUNTIME)
-        capture.drain()
+    capture = started(cupti, mode)
     launch(1000)
-    bursts = []
-    for _ in range(BURSTS):
-        start = time.perf_counter_ns()
-        launch(LAUNCHES)
-        bursts.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+    bursts = per_launch_us(launch)
     flush_s = read_s = 0.0
     records = 0
     if capture is not None:
-        start = time.perf_counter_ns()
-        cupti.activity_flush_all(1)  # CUPTI hands over what it holds: the callbacks run now
-        flush_s = (time.perf_counter_ns() - start) / 1e9
-        start = time.perf_counter_ns()
-        intervals, notes = capture.drain()  # reading: every record into a DeviceWork row
-        read_s = (time.perf_counter_ns() - start) / 1e9
-        records = len(intervals)
-        print(f"  {mode}: reading {capture.reading}; deliveries {capture.deliveries}; notes {notes}")
-        if capture._raw is not None:  # the read split in two: bytes to numpy tables, tables to rows
-            from pytest_gpuprof.capture.cupti_records import records_of, unpack
-
-            launch(LAUNCHES)
-            cupti.activity_flush_all(1)
-            filled = capture._raw.take()
-            start = time.perf_counter_ns()
-            tables = [
-                unpack(np.frombuffer(memoryview(m).cast("B"), np.uint8, count=v), capture._layouts) for m, v in filled
-            ]
-            unpack_ns = time.perf_counter_ns() - start
-            start = time.perf_counter_ns()
-            for t in tables:
-                assert t is not None
-                kernels = records_of(t, capture._names, capture._copy_names, capture._pageable)
-            records_ns = time.perf_counter_ns() - start
-            count = sum(len(t["kernel"]) for t in tables if t is not None)
-            print(
-                f"  {mode}: {count} kernel records: unpack {unpack_ns / count / 1000:.3f} us/record, "
-                f"into rows {records_ns / count / 1000:.3f} us/record ({len(kernels)} in the last buffer)"
-            )
-    if capture is not None:  # the same bursts again, right after a drain: warm-up or backlog?
-        capture.drain()
-        again = []
-        for _ in range(BURSTS):
-            start = time.perf_counter_ns()
-            launch(LAUNCHES)
-            again.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
+        flush_s, read_s, records = drained(cupti, capture, mode, launch)
+        capture.drain()  # the same bursts again, right after a drain: warm-up or backlog?
+        again = per_launch_us(launch)
         capture.drain()
         print(f"  {mode}: the bursts again after a drain (us): {', '.join(f'{b:.2f}' for b in again)}", flush=True)
-    if mode in ("buffers", "buffers+calls"):  # tracing (kernels, or kernels and calls) off and on in turns
-        kinds = [cupti.ActivityKind.CONCURRENT_KERNEL]
-        if mode == "buffers+calls":
-            kinds += [cupti.ActivityKind.DRIVER]
-        off, on = [], []
-        for _ in range(5):
-            for kind in kinds:
-                cupti.activity_disable(kind)
-            start = time.perf_counter_ns()
-            launch(LAUNCHES)
-            off.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
-            for kind in kinds:
-                cupti.activity_enable(kind)
-            start = time.perf_counter_ns()
-            launch(LAUNCHES)
-            on.append((time.perf_counter_ns() - start) / LAUNCHES / 1000)
-            assert capture is not None
-            capture.drain()
-        print(
-            f"  {mode}: {'+'.join(k.name for k in kinds)} records off/on in turns, per launch: "
-            f"on {statistics.median(on):.2f} us, off {statistics.median(off):.2f} us: "
-            f"{statistics.median(on) - statistics.median(off):+.2f} us",
-            flush=True,
-        )
+    if capture is not None and mode in ("buffers", "buffers+calls"):
+        off_and_on(cupti, capture, mode, launch)
     median = statistics.median(bursts)
     per_record = f"{read_s * 1e6 / records:.2f} us/record" if records else "-"
     print(

@@ -1,7 +1,7 @@
 """What the what-if scenarios cost: a 1,000-window run with and without them.
 
-Run on a CUDA machine (or ``--host``): ``python benchmarks/whatif.py``. One process
-measures 1,000 one-round windows of a 16 MiB asynchronous upload and 1 ms of kernels
+Run on a CUDA machine (or ``--host``): ``python benchmarks/whatif.py [--windows N]``. One
+process measures 1,000 (N) one-round windows of a 16 MiB asynchronous upload and 1 ms of kernels
 (each window holds an ``overlap:upload`` prediction), twice with the scenarios and twice
 without (``whatif.defaults`` returning none), in turns; prints the run times and the
 difference. Then the time of one ``metrics.compute`` of a seed-pipeline window, with and
@@ -10,6 +10,7 @@ without the scenarios.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -23,11 +24,13 @@ from pytest_gpuprof.capture.device import GpuDevice
 from pytest_gpuprof.profiler import Profiler
 from pytest_gpuprof.workload import GpuWorkload
 
-WINDOWS = 1000
-
 
 def main() -> None:
-    host = "--host" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", action="store_true", help="on the host backend")
+    parser.add_argument("--windows", type=int, default=1000)
+    args = parser.parse_args()
+    host, windows = args.host, args.windows
     backend = backends.create("host" if host else "cuda", 0, cupti=True)
     real_defaults = whatif.defaults
     try:
@@ -44,10 +47,10 @@ def main() -> None:
         for scenarios in (True, False, True, False):
             whatif.defaults = real_defaults if scenarios else (lambda window, charged: [])
             start = time.perf_counter()
-            m = profiler.measure(window, rounds=WINDOWS, warmup=0)
+            m = profiler.measure(window, rounds=windows, warmup=0)
             runs[scenarios].append(time.perf_counter() - start)
             print(
-                f"{WINDOWS} windows, scenarios {'on ' if scenarios else 'off'}: {runs[scenarios][-1]:.3f} s; "
+                f"{windows} windows, scenarios {'on ' if scenarios else 'off'}: {runs[scenarios][-1]:.3f} s; "
                 f"what_if {dict(m.what_if)}",
                 flush=True,
             )
