@@ -146,7 +146,10 @@ class GpuSession:
 
     def uses_device(self, item: pytest.Item) -> bool:
         """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
-        marker, or a budget that measures its whole call."""
+        marker, or a budget that measures its whole call; not a test skipped outright (as a
+        ``gpu`` test is where there is no CUDA device), which never runs."""
+        if item.get_closest_marker("skip") is not None:
+            return False
         return item.get_closest_marker("gpu") is not None or self._starts_backend(item)
 
     def _starts_backend(self, item: pytest.Item) -> bool:

@@ -228,6 +228,30 @@ def test_gpu_marker_skips_with_the_reason_on_the_host_backend(pytester):
     result.stdout.fnmatch_lines(["*needs a CUDA device: asked for with --gpu-backend=host*"])
 
 
+def test_a_test_skipped_outright_starts_nothing_and_holds_no_device(pytester):
+    """A gpu test this machine skips, or one skipped by its own marker, never runs: no
+    backend started for it, no device held (``--gpu-exclusive``) while it is skipped."""
+    pytester.makepyfile(
+        """
+        import threading, pytest
+
+        @pytest.mark.gpu
+        def test_a_needs_cuda():
+            pass
+
+        @pytest.mark.skip(reason="not today")
+        def test_b_skipped(gpu_workload):
+            pass
+
+        def test_c_nothing_started():
+            assert not [t.name for t in threading.enumerate() if t.name.startswith("gpuprof-")]
+        """
+    )
+    result = pytester.runpytest("--gpu-backend=host", "--gpu-exclusive=auto", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, skipped=2)
+    assert "waited_ms" not in json.dumps(json.loads(pytester.path.joinpath("r.json").read_text()))
+
+
 def test_strict_xfail_on_a_breach_is_xfailed_and_summarised(pytester):
     write_pyproject(pytester, "min_utilization = 0.5")
     pytester.makepyfile(
