@@ -17,29 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-LOOP = """
-import torch
-
-SIDE = 4096
-
-
-def make_loop(step):
-    host = torch.full((SIDE, SIDE), 0.5).pin_memory()
-    weight = torch.randn(SIDE, SIDE, device="cuda", requires_grad=True)
-
-    def loop():
-        for _ in range(6):
-            with step("upload"):
-                x = host.to("cuda", non_blocking=True)
-            with step("train"):
-                (torch.relu(weight @ x) ** 2).mean().backward()
-        torch.cuda.synchronize()
-
-    return loop
-"""
+LOOP = Path(__file__).with_name("torch_loop.py")  # the loop, in a module of its own
 
 TEST = """
-from user_loop import make_loop
+from torch_loop import make_loop
 
 
 def test_training_loop(gpuprof):
@@ -52,10 +33,9 @@ def torch_profiler() -> float:
 
     import torch
     from torch.profiler import ProfilerActivity, profile
+    from torch_loop import make_loop  # this script's folder
 
-    namespace: dict = {}
-    exec(LOOP, namespace)
-    loop = namespace["make_loop"](lambda name: contextlib.nullcontext())
+    loop = make_loop(lambda name: contextlib.nullcontext())
     loop()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
@@ -67,7 +47,7 @@ def torch_profiler() -> float:
 
 def plugin(extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "user_loop.py").write_text(LOOP)
+        Path(tmp, LOOP.name).write_text(LOOP.read_text())
         Path(tmp, "test_loop.py").write_text(TEST)
         report = Path(tmp, "r.json")
         subprocess.run(

@@ -4,6 +4,7 @@ in a child pytest: NVTX reads its injection at a process's first NVTX call."""
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,32 +15,20 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch"),
 ]
 
+# the loop of benchmarks/torch_loop.py, beside the child's tests
+TORCH_LOOP = (Path(__file__).resolve().parents[2] / "benchmarks" / "torch_loop.py").read_text()
+
 LOOP = """
 import pytest
 import torch
 
-SIDE = 4096
+from torch_loop import make_loop, tensors as held
 
 
 @pytest.fixture(scope="module")
 def tensors():
     # one pinned block and one weight for both loops: their copies run at one rate
-    host = torch.full((SIDE, SIDE), 0.5).pin_memory()
-    return host, torch.randn(SIDE, SIDE, device="cuda", requires_grad=True)
-
-
-def make_loop(step, tensors):
-    host, weight = tensors
-
-    def loop():
-        for _ in range(6):
-            with step("upload"):
-                x = host.to("cuda", non_blocking=True)
-            with step("train"):
-                (torch.relu(weight @ x) ** 2).mean().backward()
-        torch.cuda.synchronize()
-
-    return loop
+    return held()
 
 
 def test_ranges(gpuprof, tensors):
@@ -107,7 +96,7 @@ def report(pytester, plugin_args, *extra):
 def loops(pytester, plugin_args):
     """The loop with NVTX ranges and with gpuprof.steps, in one process from one pinned
     block (two processes' pinned copies ran at 53 and 55 GB/s): their steps' figures."""
-    pytester.makepyfile(test_loop=LOOP)
+    pytester.makepyfile(test_loop=LOOP, torch_loop=TORCH_LOOP)
     result, tests = report(pytester, plugin_args)
     assert "NVTX ranges as steps" in result.stdout.str()
     steps, ranges = tests["test_steps"]["metrics"]["steps"], tests["test_ranges"]["metrics"]["steps"]
@@ -126,7 +115,7 @@ def test_nvtx_ranges_are_steps_that_own_their_copies_kernels_and_idle(pytester, 
 
 
 def test_nvtx_off_makes_no_steps_of_ranges(pytester, plugin_args):
-    pytester.makepyfile(test_loop=LOOP)
+    pytester.makepyfile(test_loop=LOOP, torch_loop=TORCH_LOOP)
     result, tests = report(pytester, plugin_args, "--gpu-nvtx=off", "-k", "ranges")
     assert "NVTX off" in result.stdout.str()
     assert "upload" not in tests["test_ranges"]["metrics"]["steps"]

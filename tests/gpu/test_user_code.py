@@ -7,6 +7,7 @@ waiting. Skipped without a GPU, and without PyTorch where PyTorch is used.
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.gpu
 
 MIB = 1 << 20
 SIDE = 4096  # a batch is SIDE x SIDE fp32: 64 MiB
+# the training loop of benchmarks/torch_loop.py, beside a child's tests
+TORCH_LOOP = (Path(__file__).resolve().parents[2] / "benchmarks" / "torch_loop.py").read_text()
 
 
 def training_loop(torch, gpuprof, *, pinned, batches=6):
@@ -169,23 +172,13 @@ import time
 
 import pytest
 import torch
+from torch_loop import make_loop
 
 SIDE = 4096
 
 
 def test_training_loop(gpuprof):
-    host = torch.full((SIDE, SIDE), 0.5).pin_memory()
-    weight = torch.randn(SIDE, SIDE, device="cuda", requires_grad=True)
-
-    def loop():
-        for _ in range(6):
-            with gpuprof.step("upload"):
-                x = host.to("cuda", non_blocking=True)
-            with gpuprof.step("train"):
-                (torch.relu(weight @ x) ** 2).mean().backward()
-        torch.cuda.synchronize()
-
-    gpuprof.measure(loop, rounds=3, warmup=1)
+    gpuprof.measure(make_loop(gpuprof.step), rounds=3, warmup=1)
 
 
 @pytest.mark.gpu_budget(min_utilization=0.5)
@@ -208,7 +201,7 @@ def test_idle_without_fixture():
 @pytest.mark.parametrize("source", ["cupti", "events"])
 def test_user_tests_with_and_without_cupti(pytester, plugin_args, source):
     pytest.importorskip("torch")
-    pytester.makepyfile(USER_TESTS)
+    pytester.makepyfile(USER_TESTS, torch_loop=TORCH_LOOP)
     extra = ["--gpu-no-cupti"] if source == "events" else []
     result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json", *extra)
     tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
