@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from child import env, plugin_args  # benchmarks/
 
 ADOPT = '''"""A gpu_budget marker on every test, nothing else changed."""
 import pytest
@@ -43,13 +44,13 @@ def outcomes(junit: Path) -> dict[str, str]:
 def run(suite: Path, extra: list[str], tmp: Path, adopted: bool, index: int) -> tuple[dict[str, str], dict]:
     junit = tmp / f"{'adopted' if adopted else 'plain'}{index}.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
-    env = None
+    environment = None
     if adopted:
         report = tmp / f"report{index}.json"
-        command += [*_load(), "-p", "gpuprof_adopt", f"--gpu-report={report}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))}
+        command += [*plugin_args(), "-p", "gpuprof_adopt", f"--gpu-report={report}"]
+        environment = env(tmp)
     start = time.perf_counter()
-    done = subprocess.run([*command, str(suite)], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([*command, str(suite)], capture_output=True, text=True, env=environment, check=False)
     wall = time.perf_counter() - start
     summary = (done.stdout.strip().splitlines() or [""])[-1]
     if not junit.exists():
@@ -63,14 +64,6 @@ def run(suite: Path, extra: list[str], tmp: Path, adopted: bool, index: int) -> 
         named = sum(c["ms"] for t in tests for c in t["metrics"].get("idle_by_code") or [])
         figures |= {"measured": len(tests), "unattributed_ms": round(unattributed, 1), "named_ms": round(named, 1)}
     return outcomes(junit), figures
-
-
-def _load() -> list[str]:
-    """``-p pytest_gpuprof.plugin`` where the plugin is not installed (a source tree)."""
-    from importlib.metadata import entry_points
-
-    installed = any(e.name == "gpuprof" for e in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "pytest_gpuprof.plugin"]
 
 
 def main() -> None:

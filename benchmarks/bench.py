@@ -10,7 +10,6 @@ table; each row is measured in this run.
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gate_rows import gate_reliability, gate_reliability_kernels  # noqa: E402  (benchmarks/)
+from child import env, plugin_args  # noqa: E402  (benchmarks/)
+from gate_rows import gate_reliability, gate_reliability_kernels  # noqa: E402
 from table import per_call_us, row  # noqa: E402
 
 
@@ -100,13 +100,11 @@ def unused_plugin_cost(runs: int = 15, tests: int = 1000) -> None:
     (user + system of the child), with the interquartile range of the differences.
     """
     import resource
-    from importlib.metadata import entry_points
 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_trivial.py").write_text(
             f"import pytest\n\n@pytest.mark.parametrize('i', range({tests}))\ndef test_trivial(i):\n    assert i >= 0\n"
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
         def run(*extra: str) -> tuple[float, float]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,7 +113,7 @@ def unused_plugin_cost(runs: int = 15, tests: int = 1000) -> None:
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
                 check=True,
                 capture_output=True,
-                env=env,
+                env=env(),
             )
             wall = time.perf_counter() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -123,8 +121,7 @@ def unused_plugin_cost(runs: int = 15, tests: int = 1000) -> None:
 
         # Loaded as an installed plugin is in a suite that does not use it: no option. Where
         # the package is installed its entry point loads it (and -p would load it twice).
-        installed = any(ep.name == "gpuprof" for ep in entry_points(group="pytest11"))
-        plugin = () if installed else ("-p", "pytest_gpuprof.plugin")
+        plugin = plugin_args()
         run(*plugin)  # compile once
         pairs = [(run("-p", "no:gpuprof"), run(*plugin)) for _ in range(runs)]
         for index, label in ((0, "wall"), (1, "CPU")):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from child import env, pytest_command  # noqa: E402  (benchmarks/)
 
 SLOWER = (1.0, 1.01, 1.02, 1.05)
 GATES = (
@@ -116,15 +117,8 @@ def run(processes: int, out: Path) -> None:
         Path(folder, "test_gates.py").write_text(WORKLOADS)
         for i in range(processes):
             report = Path(folder, f"r{i}.json")
-            args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_gpuprof.plugin"]
-            args += ["--gpu-report", str(report), "test_gates.py"]
-            done = subprocess.run(
-                args,
-                cwd=folder,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-            )
+            args = pytest_command("--gpu-report", str(report), "test_gates.py")
+            done = subprocess.run(args, cwd=folder, capture_output=True, text=True, env=env(*sys.path))
             if not report.is_file():
                 print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"process {i} wrote no report")

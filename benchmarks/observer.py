@@ -36,6 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from child import env, pytest_command  # benchmarks/
+
 LOOPS = {
     "graph": """
 import torch
@@ -208,7 +210,6 @@ def timed(loop: str, profiled: bool) -> dict[str, float]:
 
 
 def plugin(loop: str, flags: list[str], period_s: float | None = None, timed: bool = False) -> dict[str, float]:
-    loaded = [] if importlib.util.find_spec("pytest_gpuprof") and _installed() else ["-p", "pytest_gpuprof.plugin"]
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "observed_loop.py").write_text(LOOPS[loop])
         Path(tmp, "test_observed.py").write_text(
@@ -217,12 +218,8 @@ def plugin(loop: str, flags: list[str], period_s: float | None = None, timed: bo
         if period_s is not None:
             Path(tmp, "conftest.py").write_text(f"import pytest_gpuprof.capture.stacks as s\ns.PERIOD_S = {period_s}\n")
         report = Path(tmp, "r.json")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *loaded, f"--gpu-report={report}"]
         done = subprocess.run(
-            [*command, *flags, tmp],
-            capture_output=True,
-            text=True,
-            cwd=tmp,
+            pytest_command(f"--gpu-report={report}", *flags, tmp), capture_output=True, text=True, cwd=tmp, env=env()
         )
         if done.returncode != 0:
             raise RuntimeError(f"plugin run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
@@ -235,12 +232,6 @@ def plugin(loop: str, flags: list[str], period_s: float | None = None, timed: bo
             "utilization": m.get("utilization"),
             "kernel_ms": m.get("kernel_ms"),
         }
-
-
-def _installed() -> bool:
-    from importlib.metadata import entry_points
-
-    return any(e.name == "gpuprof" for e in entry_points(group="pytest11"))
 
 
 def child(loop: str, mode: str) -> dict[str, float]:

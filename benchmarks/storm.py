@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from child import env, pytest_command  # benchmarks/
+
 ROOT = Path(__file__).resolve().parents[1]
 BURSTS, LAUNCHES = 5, 20_000
 PLUGIN_RUNS = 3  # with and without CUPTI in turns
@@ -195,12 +197,12 @@ def plugin(profile_to: str | None) -> None:
         for extra in ((), ("--gpu-no-cupti",)) * PLUGIN_RUNS:
             report = Path(tmp, "r.json")
             start = time.perf_counter()
-            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--gpu-report={report}"]
             run = subprocess.run(
-                [*command, "--durations=0", "--durations-min=0", *extra, tmp],
+                pytest_command(f"--gpu-report={report}", "--durations=0", "--durations-min=0", *extra, tmp),
                 check=True,
                 capture_output=True,
                 text=True,
+                env=env(),
             )
             run_s = time.perf_counter() - start
             phases = {p: float(t) for t, p in re.findall(r"^([\d.]+)s (setup|call|teardown) ", run.stdout, re.M)}
@@ -217,23 +219,12 @@ def plugin(profile_to: str | None) -> None:
                 print(f"  note: {note}", flush=True)
         if profile_to:
             stats = Path(tmp, "profile.out")
+            command = pytest_command(f"--gpu-report={Path(tmp, 'r.json')}", tmp)
             subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "cProfile",
-                    "-o",
-                    str(stats),
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    f"--gpu-report={Path(tmp, 'r.json')}",
-                    tmp,
-                ],
+                [sys.executable, "-m", "cProfile", "-o", str(stats), *command[1:]],
                 check=True,
                 capture_output=True,
+                env=env(),
             )
             import pstats
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from child import env, pytest_command  # benchmarks/
+
 LOOP = Path(__file__).with_name("torch_loop.py")  # the loop, in a module of its own
 
 TEST = """
@@ -51,10 +53,7 @@ def plugin(extra: list[str]) -> dict:
         Path(tmp, "test_loop.py").write_text(TEST)
         report = Path(tmp, "r.json")
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--gpu-report={report}", *extra, tmp],
-            check=True,
-            capture_output=True,
-            cwd=tmp,
+            pytest_command(f"--gpu-report={report}", *extra, tmp), check=True, capture_output=True, cwd=tmp, env=env()
         )
         (test,) = json.loads(report.read_text())["tests"]
         return test["metrics"]
