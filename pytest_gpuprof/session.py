@@ -2,8 +2,8 @@
 that call it are in ``plugin``).
 
 The session wires the rooms together (docs/design.md, "Layers"): ``runtime`` (the
-backend, device, sampler and header), ``gate`` (baseline and comparison), ``outputs``
-(summary, files), ``verdict.budget.judge`` (a window's judgement); here only what happens around each
+backend, device, sampler and header), ``gate`` (baseline and comparison), ``wrap_up``
+(summary, files), ``windows`` (each window judged); here only what happens around each
 test: its profiler, its record, its warning or failure, its leak check, its view.
 """
 
@@ -70,8 +70,7 @@ class GpuSession:
         self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
-        # --gpu-exclusive: each test's wait for its device (ms) and whom for
-        self.waited: dict[str, tuple[float, str]] = {}
+        self.waited: dict[str, tuple[float, str]] = {}  # --gpu-exclusive: each wait (ms), for whom
 
     # the device side, as the fixtures and the header ask for it
     @property
@@ -146,11 +145,10 @@ class GpuSession:
 
     def uses_device(self, item: pytest.Item) -> bool:
         """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
-        marker, or a budget that measures its whole call; not a test skipped outright (as a
-        ``gpu`` test is where there is no CUDA device), which never runs."""
-        if item.get_closest_marker("skip") is not None:
-            return False
-        return item.get_closest_marker("gpu") is not None or self._starts_backend(item)
+        marker, or a budget that measures its whole call; never one skipped outright (a
+        ``gpu`` test where there is no CUDA device)."""
+        skipped = item.get_closest_marker("skip") is not None
+        return not skipped and (item.get_closest_marker("gpu") is not None or self._starts_backend(item))
 
     def _starts_backend(self, item: pytest.Item) -> bool:
         names = getattr(item, "fixturenames", ())
