@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from child import env, plugin_args  # benchmarks/
+from child import env, plugin_args, pytest_command  # benchmarks/
 
 ADOPT = '''"""A gpu_budget marker on every test, nothing else changed."""
 import pytest
@@ -43,7 +42,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def run(suite: Path, extra: list[str], tmp: Path, adopted: bool, index: int) -> tuple[dict[str, str], dict]:
     junit = tmp / f"{'adopted' if adopted else 'plain'}{index}.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    command = pytest_command(f"--junitxml={junit}", *extra, plugin=False)
     environment = None
     if adopted:
         report = tmp / f"report{index}.json"

@@ -10,6 +10,7 @@ table; each row is measured in this run.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from child import env, plugin_args  # noqa: E402  (benchmarks/)
+from child import env, plugin_args, pytest_command  # noqa: E402  (benchmarks/)
 from gate_rows import gate_reliability, gate_reliability_kernels  # noqa: E402
 from table import per_call_us, row  # noqa: E402
 
@@ -110,7 +111,7 @@ def unused_plugin_cost(runs: int = 15, tests: int = 1000) -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, tmp],
+                pytest_command(*extra, tmp, plugin=False),
                 check=True,
                 capture_output=True,
                 env=env(),
@@ -284,8 +285,6 @@ def host_main(only: set[str], runs: int, tests: int) -> None:
 
 
 def main() -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rows", nargs="*", help="run just those rows (all unless named)")
     parser.add_argument("--host", action="store_true", help="the rows that mean something without a GPU")

@@ -1,6 +1,8 @@
-"""What many plugin tests share: the upload test, a run's JSON report and one of its tests."""
+"""What many plugin tests share: the upload test, a run's JSON report and one of its tests,
+the data an HTML page carries."""
 
 import json
+import re
 
 UPLOAD_TEST = """
 import pytest
@@ -20,3 +22,11 @@ def report_of(pytester, *args, name="r.json"):
 def entry(report, name):
     (test,) = [t for t in report["tests"] if t["nodeid"].endswith(name)]
     return test
+
+
+DATA_BLOCK = re.compile(r'<script type="application/json" id="data">(.*?)</script>', re.S)
+
+
+def page_data_of(page):
+    """The data an HTML report carries (its ``data`` block), from the page's text."""
+    return json.loads(DATA_BLOCK.search(page)[1])

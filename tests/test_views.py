@@ -10,6 +10,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from plugin_runs import DATA_BLOCK, page_data_of
 
 from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
@@ -93,9 +94,9 @@ def test_html_escapes_untrusted_names_and_fetches_nothing():
     assert page.count("<script") == 2  # the data block and the page's own script
     # the only URL in the page is the SVG namespace name, which is an identifier, not a fetch
     assert set(re.findall(r"https?://[^\s\"'<>)]+", page)) == {"http://www.w3.org/2000/svg"}
-    markup = re.sub(r'<script type="application/json" id="data">.*?</script>', "", page, flags=re.S)
+    markup = DATA_BLOCK.sub("", page)
     assert not re.search(r"\b(src|href)\s*=", markup)  # no element loads anything
-    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)[1])
+    data = page_data_of(page)
     assert data["tests"][0]["id"] == f"t.py::test[{EVIL}]"
 
 
@@ -252,8 +253,7 @@ def _view(dom):
 
 def _row(url, nodeid_part):
     """The row of a test: its index among the page's tests (its row's ``data-index``)."""
-    page = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).read_text()
-    data = json.loads(page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0])
+    data = page_data_of(Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).read_text())
     return next(i for i, t in enumerate(data["tests"]) if nodeid_part in t["id"])
 
 

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plugin_runs import page_data_of
 
 pytest.importorskip("xdist")
 
@@ -112,7 +113,7 @@ def test_the_html_page_holds_the_timeline_of_every_workers_tests(pytester):
     page = Path(pytester.path, "r.html").read_text()
     ids = [t["nodeid"] for t in json.loads(Path(pytester.path, "r.json").read_text())["tests"]]
     # each test's page data came across from its worker, with its lanes
-    data = json.loads(page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0])
+    data = page_data_of(page)
     pages = {p["id"]: p for p in data["tests"]}
     assert sorted(pages) == sorted(ids)
     assert all(pages[i]["lanes"] for i in ids if "pipeline" in i)
