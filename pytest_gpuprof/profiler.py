@@ -50,6 +50,8 @@ class Checked:
     metrics: Metrics
     error: GpuBudgetExceeded | None
     asked: frozenset[str] | None
+    window: int | None = None  # the index of the window it judged; None: the test so far
+    example: bool = False  # it ran inside a hypothesis example
 
 
 class Profiler:
@@ -173,13 +175,14 @@ class Profiler:
             self._examples.watch_memory()
         metrics = self.repeat(fn, rounds=rounds, warmup=warmup, label="measure")
         if example:
+            window = self.windows[-1]
             self._examples.remember(lambda: self.repeat(fn, rounds=rounds, warmup=0, label="measure"))
             if self.enforce:
-                window = self.windows[-1]
                 verdict, judged = self._examples.judgement(window.verdict, window.metrics)
                 window.verdict, window.settled = verdict, True  # a breach re-measuring cleared is none
                 if verdict.breached:
-                    raise self._error(verdict, judged, confirmed=True)
+                    window.error = self._error(verdict, judged, confirmed=True)
+                    raise window.error
         return metrics
 
     def rounds(self, asked: int | None) -> int:
@@ -225,6 +228,7 @@ class Profiler:
 
     def keep(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
+        window.example = confirm.running()
         return self.collector.keep(window, self.budget)
 
     def whole_test(self) -> Window | None:
@@ -281,7 +285,8 @@ class Profiler:
             # after this example's measure(): judged as measure() judges its own budget
             verdict, current = self._examples.judgement(verdict, current)
         error = self._error(verdict, current, confirmed=confirmed) if verdict.breached else None
-        self.verdicts.append(Checked(verdict, current, error, asked))
+        judged = len(self.windows) - 1 if self.windows else None
+        self.verdicts.append(Checked(verdict, current, error, asked, judged, confirm.running()))
         if error is not None:
             raise error
         return current

@@ -25,15 +25,18 @@ from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.compare import WAY_OUT
-from pytest_gpuprof.verdict.outcome import Check, split_expected
+from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
 from pytest_gpuprof.wrap_up import FILES, Outputs
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.analysis.metrics import Metrics
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
+    from pytest_gpuprof.output.report import WindowBreach
     from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.verdict.budget import Breach
     from pytest_gpuprof.windows import Window
 
 
@@ -171,35 +174,47 @@ class GpuSession:
         from pytest_gpuprof.output.report import GpuRecord
         from pytest_gpuprof.profiler import GpuBudgetExceeded
 
+        whole = not profiler.windows  # the test so far becomes its one window
         windows = profiler.final_windows()
         if not windows:
             return None
-        primary = _primary(windows)
-        window = windows[primary]
-        breaches, metrics, failing = list(window.verdict.breaches), window.metrics, None
         budget = profiler.budget
-        raised_checks = [c.error for c in profiler.verdicts if c.error is not None]
+        raised_errors: list[BaseException] = [c.error for c in profiler.verdicts if c.error is not None]
+        raised_errors += [w.error for w in windows if w.error is not None]
         uncaught = None
-        if raised is not None and any(raised is e for e in raised_checks):
+        if raised is not None and any(raised is e for e in raised_errors):
             uncaught = raised
-        elif isinstance(raised, GpuBudgetExceeded) and raised_checks:
-            uncaught = raised_checks[-1]  # re-raised by a wrapper (hypothesis replays the example)
-        checks = []
+        elif isinstance(raised, GpuBudgetExceeded) and raised_errors:
+            uncaught = raised_errors[-1]  # re-raised by a wrapper (hypothesis replays the example)
+        checks, failing, failing_metrics = [], None, None
         for checked in profiler.verdicts:
             budget = checked.verdict.budget.merged_over(budget)
+            # a raise hypothesis caught while it searched is not one the test caught
             caught = checked.error is not None and checked.error is not uncaught
-            checks.append(Check(checked.verdict.breaches, expected=caught, asked=checked.asked))
-            if checked.error is not None and not caught:
-                failing = checks[-1]
-                breaches, metrics = list(checked.verdict.breaches), checked.metrics
-        counted, expected = split_expected(breaches, checks)
+            caught = caught and not (checked.example and raised is not None)
+            judged = 0 if whole and checked.window is None else checked.window
+            checks.append(Check(checked.verdict.breaches, expected=caught, asked=checked.asked, window=judged))
+            if checked.error is not None and checked.error is uncaught:
+                failing, failing_metrics = checks[-1], checked.metrics
+        judged_windows = [Judged(w.verdict.breaches, w.example) for w in windows]
+        counted, expected = window_rule(judged_windows, checks, failing, failed=raised is not None)
+        worst = counted[0].window if counted else None
+        primary = worst if worst is not None else _primary(windows)
+        metrics = windows[primary].metrics
+        if failing is not None and failing_metrics is not None and worst == failing.window:
+            metrics = failing_metrics  # what the failing check judged
         problems = profiler.problems()
         if problems:
             metrics = replace(metrics, notes=(*metrics.notes, *problems))
-        if self.settings.trace is not None and window.timeline is not None:
+        window = windows[primary]
+        if self.settings.trace is not None:
             from pytest_gpuprof.output.trace import write_trace
 
-            write_trace(self.settings.trace, nodeid, window.timeline)
+            shown = [primary, *sorted({b.window for b in counted if b.window not in (None, primary)})]
+            for index in shown:
+                timeline = windows[index].timeline
+                if timeline is not None:
+                    write_trace(self.settings.trace, nodeid, timeline, window=(index, len(windows), primary))
         record = GpuRecord(
             nodeid=nodeid,
             metrics=metrics,
@@ -212,6 +227,7 @@ class GpuSession:
             expected=expected,
             failed_check=failing is not None,
             unjudged=list(window.verdict.unjudged),
+            breached_windows=_breached_windows(windows, counted, primary, metrics),
             outside=list(profiler.collector.outside),
         )
         result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
@@ -248,10 +264,13 @@ class GpuSession:
         if raised is not None:
             return
         message = None
-        window = profiler.windows[result.primary]
-        if record.breaches and not record.failed_check and not window.settled:
-            where = (window.label, result.primary, len(profiler.windows)) if len(profiler.windows) > 1 else None
-            message = failure_message(record.breaches, record.metrics, window=where)
+        if not record.failed_check:
+            messages = [
+                failure_message(w.breaches, w.metrics, window=w.where)
+                for w in record.breached_windows
+                if not profiler.windows[w.index].settled
+            ]
+            message = "\n".join(messages) or None
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
         for line in record.unjudged:  # neither kept nor breached: said so, never a failure
             _warn(item, f"GPU budget not judged: {line}")
@@ -323,7 +342,7 @@ class GpuSession:
             report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
 
     def view(self, nodeid: str) -> TestView:
-        from pytest_gpuprof.output.report import breach_details, row
+        from pytest_gpuprof.output.report import breach_details, rows
 
         result = self.results[nodeid]
         record = result.record
@@ -336,7 +355,7 @@ class GpuSession:
         }
         return TestView(
             test=record.to_dict(),
-            row=row(record),
+            rows=rows(record),
             details=breach_details(record),
             compare=self.gate.lines(nodeid, result.changes),
             machine=self.runtime.machine(),
@@ -380,6 +399,26 @@ class GpuSession:
 
     def close(self) -> None:
         self.runtime.close()
+
+
+def _breached_windows(
+    windows: list[Window], counted: list[Breach], primary: int, metrics: Metrics
+) -> list[WindowBreach]:
+    """Every window whose breaches count against the test, worst first, with its figures
+    (the reported window's as the record holds them)."""
+    from pytest_gpuprof.output.report import WindowBreach
+
+    order = list(dict.fromkeys(b.window for b in counted))
+    return [
+        WindowBreach(
+            index if index is not None else primary,
+            windows[index if index is not None else primary].label,
+            len(windows),
+            tuple(b for b in counted if b.window == index),
+            metrics if index in (None, primary) else windows[index].metrics,
+        )
+        for index in order
+    ]
 
 
 def _primary(windows: list[Window]) -> int:

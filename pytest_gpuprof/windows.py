@@ -65,6 +65,9 @@ class Window:
     verdict: Verdict = field(default_factory=Verdict)
     # judged already, inside its hypothesis example (confirmed or cleared by re-measuring)
     settled: bool = False
+    # measured inside a hypothesis example; the breach its measure() raised there, if any
+    example: bool = False
+    error: BaseException | None = None
 
 
 class WindowCollector:

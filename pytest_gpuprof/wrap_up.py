@@ -96,7 +96,7 @@ class Outputs:
         every = list(views.values())
         shown, rest = first_rows([v.test for v in every], self.settings.summary_rows)
         if shown:  # --gpu-summary=0: the count line alone, no header without rows
-            for line in table([every[i].row for i in shown]):
+            for line in table([r for i in shown for r in every[i].rows]):
                 tr.write_line(line)
         if rest:
             tr.write_line(rest)

@@ -61,12 +61,24 @@ def test_unchanged_code_passes_the_gate(suite):
     result.assert_outcomes(passed=2)
 
 
-def test_without_compare_fail_a_regression_is_only_reported(suite, monkeypatch):
+def test_without_compare_fail_a_change_is_only_reported_as_changed(suite, monkeypatch):
     suite.runpytest("--gpu-save=main")
     monkeypatch.setenv("GPUPROF_SLOW", "1")
     result = suite.runpytest("--gpu-compare=latest")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_slowed: regression", "*wall_ms: baseline*: regression"])
+    result.stdout.fnmatch_lines(
+        ["*test_slowed: changed", "*wall_ms: baseline*: changed (beyond the default wall_ms:+10%, not a gate)"]
+    )
+    result.stdout.no_fnmatch_line("*: regression*")
+
+
+def test_a_gated_metric_is_always_shown_even_unchanged(suite, monkeypatch):
+    suite.runpytest("--gpu-save=main")
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=kernel_ms:+50%")
+    result.assert_outcomes(passed=2)  # kernel time did not change: only the wall time did
+    result.stdout.fnmatch_lines(["*test_slowed: unchanged", "*kernel_ms: baseline*limit kernel_ms:+50%*: unchanged"])
+    result.stdout.no_fnmatch_line("*: regression*")
 
 
 def test_new_test_is_new_not_a_crash(suite):

@@ -130,5 +130,5 @@ def test_the_tables_largest_idle_cause_is_a_column_not_a_paragraph():
         idle_by_code=((where, 4.0),),
         idle_by_step=lambda: [(UNATTRIBUTED, 5.0)],
     )
-    cause = row(SimpleNamespace(nodeid="t.py::t", metrics=metrics, status="-"))[5]  # type: ignore[arg-type]
+    cause = row(SimpleNamespace(nodeid="t.py::t", status="-"), metrics)[5]  # type: ignore[arg-type]
     assert len(cause) == SHORT and cause.startswith(f"{UNATTRIBUTED} 5.0 ms, 80% in cupy/cuda/compiler.py:123")

@@ -283,7 +283,7 @@ def test_json_report(pytester):
     assert idle["metrics"]["truth"] == "host"
     assert idle["budget"]["limits"] == {"min_utilization": 0.5, "steps": {"upload": {"max_ms": 10000.0}}}
     assert idle["budget"]["breaches"] == [
-        {"metric": "utilization", "value": 0.0, "limit": 0.5, "kind": "min", "key": "min_utilization"}
+        {"metric": "utilization", "value": 0.0, "limit": 0.5, "kind": "min", "key": "min_utilization", "window": 0}
     ]
     pipeline = tests["test_pipeline"]
     assert pipeline["budget"]["limits"]["min_utilization"] == 0.0

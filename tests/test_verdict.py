@@ -15,7 +15,7 @@ import pytest
 from plugin_runs import UPLOAD_TEST, entry
 
 from pytest_gpuprof.verdict.budget import Breach
-from pytest_gpuprof.verdict.outcome import Check, TestVerdict, split_expected
+from pytest_gpuprof.verdict.outcome import Check, Judged, TestVerdict, window_rule
 
 
 def report_of(pytester, name="r.json"):
@@ -242,7 +242,7 @@ def test_a_breach_the_test_expected_reads_expected(pytester):
     test = entry(report_of(pytester), "test_single_lock")
     assert test["verdict"] == "expected: breach min_utilization"
     assert test["checks"] == [
-        {"breaches": test["judgement"]["expected"], "expected": True, "asked": ["min_utilization"]}
+        {"breaches": test["judgement"]["expected"], "expected": True, "window": 0, "asked": ["min_utilization"]}
     ]
 
 
@@ -322,12 +322,14 @@ def test_the_verdict_rule(verdict, status):
 
 
 def test_a_caught_check_expects_only_the_keys_it_breached():
-    counted, expected = split_expected([UTIL, DISC], [Check((UTIL,), expected=True), Check((DISC,))])
-    assert (counted, expected) == ([DISC], [UTIL])
+    one = [Judged((UTIL, DISC))]
+    counted, expected = window_rule(one, [Check((UTIL,), expected=True, window=0), Check((DISC,), window=0)])
+    assert ([b.key for b in counted], expected) == (["max_discrepancy"], [UTIL])
     # a caught check asked about utilization only: the project budget's discrepancy still counts
-    asked = Check((UTIL, DISC), expected=True, asked=frozenset({"min_utilization"}))
-    assert split_expected([UTIL, DISC], [asked]) == ([DISC], [UTIL])
-    assert split_expected([UTIL, DISC], [Check((UTIL, DISC), expected=True)]) == ([], [UTIL, DISC])
+    asked = Check((UTIL, DISC), expected=True, asked=frozenset({"min_utilization"}), window=0)
+    counted, expected = window_rule(one, [asked])
+    assert ([b.key for b in counted], expected) == (["max_discrepancy"], [UTIL])
+    assert window_rule(one, [Check((UTIL, DISC), expected=True, window=0)]) == ([], [UTIL, DISC])
 
 
 # 8-10. inputs and outputs that cannot be trusted

@@ -23,6 +23,10 @@ Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag"]
 # (peaks of memory: what runs out is the highest)
 Aggregate = Literal["median", "any", "sum", "max"]
 Direction = Literal["min", "max", "forbid"]
+Way = Literal["up", "down"]
+# which way a metric without a budget key gets worse, by its unit: time, bytes, counts and
+# power up; fractions of the wall time, bandwidths and clocks down
+_WORSE_BY_UNIT: Mapping[str, Way] = {"fraction": "down", "GB/s": "down", "MHz": "down"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,15 @@ class Metric:
     # where the value is None: the attribute of ``Metrics`` that says why, else the reason
     unseen_by: str | None = None
     unseen: str = ""
+
+    @property
+    def worse(self) -> Way:
+        """Which way this metric gets worse: the one rule for every budget key, compare
+        expression and finding (docs/design.md, "The direction rule"). A budget key says it
+        (a floor gets worse going down); otherwise the unit does."""
+        if self.limit is not None and self.limit.direction in ("min", "max"):
+            return "down" if self.limit.direction == "min" else "up"
+        return _WORSE_BY_UNIT.get(self.unit, "up")
 
     @property
     def whole(self) -> bool:

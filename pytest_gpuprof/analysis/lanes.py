@@ -44,17 +44,23 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
     t0 = timeline.start
     lanes: list[Lane] = []
     threads: dict[int, list[Item]] = defaultdict(list)
+    # a span of an earlier round ended before this window: not drawn; one still open at
+    # its start is drawn from the start (a window has no negative time)
     for s in sorted(timeline.steps, key=lambda s: (s.start, s.depth)):
+        if s.end <= t0:
+            continue
         args: dict[str, Any] = {"depth": s.depth}
         if s.bytes is not None:
             args["bytes"] = s.bytes
-        threads[s.thread].append(Item(s.start - t0, s.end - t0, s.name, args))
+        threads[s.thread].append(Item(max(s.start - t0, 0), s.end - t0, s.name, args))
     thread_names = {thread: f"host thread {i + 1}" for i, thread in enumerate(sorted(threads))}
     for thread, items in sorted(threads.items()):
         lanes.append(Lane(f"{thread_names[thread]}: steps", "step", items))
-    if timeline.regions:
-        regions = sorted(timeline.regions, key=lambda r: r.start)
-        lanes.append(Lane("regions (brackets)", "region", [Item(r.start - t0, r.end - t0, r.name) for r in regions]))
+    regions = sorted((r for r in timeline.regions if r.end > t0), key=lambda r: r.start)
+    if regions:
+        lanes.append(
+            Lane("regions (brackets)", "region", [Item(max(r.start - t0, 0), r.end - t0, r.name) for r in regions])
+        )
     device: dict[tuple[str, int], list[Item]] = defaultdict(list)
     shown = short_names(d.name for d in timeline.device if d.name)
     for d in sorted(timeline.device, key=lambda d: d.start):

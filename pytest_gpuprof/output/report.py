@@ -21,6 +21,32 @@ from pytest_gpuprof.verdict.outcome import Check, TestVerdict
 SCHEMA = 1
 
 
+@dataclass(frozen=True, slots=True)
+class WindowBreach:
+    """One window whose breaches count against its test: which, its breaches, its figures."""
+
+    index: int
+    label: str
+    count: int  # the test's windows
+    breaches: tuple[Breach, ...]
+    metrics: Metrics
+
+    @property
+    def where(self) -> tuple[str, int, int] | None:
+        """Which window, for a message: ``None`` for a test of one window."""
+        return (self.label, self.index, self.count) if self.count > 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "window": self.index,
+            "label": self.label,
+            "breaches": [b.key for b in self.breaches],
+            "wall_ms": m.wall_ms,
+            "utilization": m.utilization,
+        }
+
+
 @dataclass
 class GpuRecord:
     """A measured test: its reported window's figures, and every record its verdict is
@@ -42,6 +68,8 @@ class GpuRecord:
     # the limits that could not be judged, with the reason; device work in no window
     unjudged: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
+    # every window whose breaches count, worst first (the reported one, ``metrics``, first)
+    breached_windows: list[WindowBreach] = field(default_factory=list)
     # the comparison with the baseline: each change's record, the gating metrics that
     # regressed, the gating expressions that could not fail; whether a gate applied
     comparisons: list[dict[str, Any]] = field(default_factory=list)
@@ -102,6 +130,8 @@ class GpuRecord:
             "device": self.device,
             "waited_ms": round(self.waited_ms, 3),
         }
+        if self.breached_windows and self.windows > 1:
+            out["breached_windows"] = [w.to_dict() for w in self.breached_windows]
         if self.waited_for:
             out["waited_for"] = self.waited_for
         if self.checks:
@@ -164,14 +194,23 @@ def revision(folder: Path) -> dict[str, str]:
 HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
 
 
-def row(record: GpuRecord) -> list[str]:
-    """A test's line of the terminal table: wall, true and reported utilization, overhead,
-    the largest idle cause, the verdict."""
-    m = record.metrics
+def rows(record: GpuRecord) -> list[list[str]]:
+    """A test's lines of the terminal table: its reported window's, then each other window
+    whose breaches count against it (worst first), each naming its window."""
+    if record.windows <= 1 or not record.breached_windows:
+        return [row(record, record.metrics)]
+    return [
+        row(record, w.metrics, f"{record.nodeid} [{w.label} {w.index + 1}/{w.count}]") for w in record.breached_windows
+    ]
+
+
+def row(record: GpuRecord, m: Metrics, name: str | None = None) -> list[str]:
+    """A line of the terminal table: wall, true and reported utilization, overhead, the
+    largest idle cause, the verdict."""
     causes = [c for c in m.idle_by_step() if c[1] > 0]
     top = max(causes, key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
     return [
-        record.nodeid,
+        name or record.nodeid,
         f"{m.wall_ms:.1f}",
         pct(m.utilization),
         pct(m.reported_utilization),
@@ -229,11 +268,16 @@ def breach_details(record: GpuRecord) -> list[str]:
     """The budget message of a breaching test, for the session summary."""
     if not record.breaches:
         return []
-    head = "; ".join(describe_breach(b) for b in record.breaches)
-    return [
-        f"{record.nodeid}: {head}  [truth: {record.metrics.truth}]",
-        *(f"  {line}" for line in explain(record.metrics)),
-    ]
+    windows = record.breached_windows or [WindowBreach(0, "", 1, tuple(record.breaches), record.metrics)]
+    lines = []
+    for w in windows:
+        head = "; ".join(describe_breach(b) for b in w.breaches)
+        where = f" (window '{w.label}', {w.index + 1} of {w.count})" if w.where else ""
+        lines += [
+            f"{record.nodeid}{where}: {head}  [truth: {w.metrics.truth}]",
+            *(f"  {line}" for line in explain(w.metrics)),
+        ]
+    return lines
 
 
 def _code_span(text: str) -> str:

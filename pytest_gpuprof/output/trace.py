@@ -60,7 +60,16 @@ def file_name(nodeid: str) -> str:
     return f"{readable}-{digest}.json"
 
 
-def write_trace(directory: Path, nodeid: str, timeline: Timeline) -> Path:
-    path = Path(directory) / file_name(nodeid)
-    write_atomic(path, json.dumps(trace_events(nodeid, timeline)))
+def write_trace(directory: Path, nodeid: str, timeline: Timeline, window: tuple[int, int, int] | None = None) -> Path:
+    """The test's trace; ``window``: (which, of how many, the reported one). The reported
+    window keeps the test's file name, every other breaching window has its own."""
+    name = file_name(nodeid)
+    title = nodeid
+    if window is not None and window[1] > 1:
+        index, count, primary = window
+        title = f"{nodeid} [window {index + 1} of {count}]"
+        if index != primary:
+            name = name.removesuffix(".json") + f"-window{index + 1}.json"
+    path = Path(directory) / name
+    write_atomic(path, json.dumps(trace_events(title, timeline)))
     return path

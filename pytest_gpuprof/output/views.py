@@ -34,7 +34,7 @@ class TestView:
     __test__ = False
 
     test: dict[str, Any]
-    row: list[str]
+    rows: list[list[str]]  # its reported window's, then each other breaching window's
     details: list[str]
     compare: list[str]
     machine: dict[str, Any]

@@ -6,6 +6,7 @@ is a pure function of a ``Budget`` and a ``Metrics``. How a breach reads is ``te
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -220,10 +221,28 @@ class Breach:
     key: str
     # what a person needs beyond the figures (a missing step: the steps that did run)
     detail: str = ""
+    window: int | None = None  # which of the test's windows breached (0-based), where known
+
+    @property
+    def severity(self) -> float:
+        """How far past its limit, relative to it: what orders a test's breaching windows,
+        worst first (a forbidden flag or a missing step: without bound)."""
+        if self.kind in ("forbid", "missing") or not isinstance(self.limit, int | float):
+            return math.inf
+        excess = self.limit - self.value if self.kind == "min" else self.value - self.limit
+        return excess / abs(self.limit) if self.limit else math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"metric": self.metric, "value": self.value, "limit": self.limit, "kind": self.kind, "key": self.key}
-        return {**out, "detail": self.detail} if self.detail else out
+        out: dict[str, Any] = {
+            "metric": self.metric,
+            "value": self.value,
+            "limit": self.limit,
+            "kind": self.kind,
+            "key": self.key,
+        }
+        if self.detail:
+            out["detail"] = self.detail
+        return {**out, "window": self.window} if self.window is not None else out
 
 
 def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:

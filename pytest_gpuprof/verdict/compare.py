@@ -88,15 +88,13 @@ def parse_thresholds(text: str) -> list[Threshold]:
             raise CompareError(
                 f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {descriptors.grammar()}"
             )
-        limit = descriptors.lookup(metric).limit if metric != KERNELS else None  # type: ignore[union-attr]
-        if limit is not None and limit.direction in ("min", "max"):
-            worse = "-" if limit.direction == "min" else "+"
-            if match["sign"] != worse:
-                way = "down" if worse == "-" else "up"
-                raise CompareError(
-                    f"compare-fail expression {part!r}: the sign says which way is worse, and {metric} gets worse "
-                    f"going {way}: write {metric}:{worse}{match['amount']}{unit}"
-                )
+        worse = "+" if metric == KERNELS or descriptors.lookup(metric).worse == "up" else "-"  # type: ignore[union-attr]
+        if match["sign"] != worse:
+            way = "down" if worse == "-" else "up"
+            raise CompareError(
+                f"compare-fail expression {part!r}: the sign says which way is worse, and {metric} gets worse "
+                f"going {way}: write {metric}:{worse}{match['amount']}{unit}"
+            )
         if unit == "pt" and not is_fraction(metric):
             raise CompareError(
                 f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
@@ -187,7 +185,9 @@ class Change:
             return self.threshold.metric
         return f"kernel {(names or {}).get(kernel) or short(readable(kernel))} ms"
 
-    def describe(self, names: Mapping[str, str] | None = None) -> str:
+    def describe(self, names: Mapping[str, str] | None = None, gating: bool = True) -> str:
+        """The change as a line; ``gating``: whether a ``--gpu-compare-fail`` expression
+        set its threshold (else a finding beyond it reads ``changed``, the default named)."""
         t = self.threshold
         what = self.label(names)
         if self.finding in ("appeared", "vanished"):
@@ -208,8 +208,15 @@ class Change:
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
-            f"{self.finding}{inert}"
+            f"{self.named(gating)}{inert}"
         )
+
+    def named(self, gating: bool) -> str:
+        """The finding as a line says it: ``regression`` only where a gate the user set
+        judged it; beyond a default threshold it is ``changed``."""
+        if self.finding == "regression" and not gating:
+            return f"changed (beyond the default {self.threshold.text}, not a gate)"
+        return self.finding
 
 
 def _formatter(metric: str) -> Callable[..., str]:
@@ -332,22 +339,23 @@ def change_lines(
     inert = [c for c in changes if c.inert and c.threshold.text in gates]
 
     def notable_change(c: Change) -> bool:
-        if c.finding == "absent":
-            return c.threshold.text in gates
-        return c.finding != "unchanged" or c in inert
+        if c.threshold.text in gates:
+            return c.kernel is None or c.finding != "unchanged" or c.inert  # a gated metric's line: always shown
+        return c.finding not in ("unchanged", "absent")
 
     notable = [c for c in changes if notable_change(c) and c.kernel is None]
     # the kernels that changed, the largest change first: the lines a pull request reads
     kernels = [c for c in changes if notable_change(c) and c.kernel is not None]
     notable += sorted(kernels, key=lambda c: -abs((c.current or 0.0) - (c.baseline or 0.0)))
     names = kernel_names(notable)
-    found = ", ".join(sorted({c.finding for c in notable} - {"absent"})) or "unchanged"
+    found = ", ".join(sorted({c.named(c.threshold.text in gates).split(" ")[0] for c in notable} - {"absent"}))
+    found = found or "unchanged"
     if inert:
         found += f"; gate inert: {', '.join(sorted({c.threshold.text for c in inert}))}"
     return [
         f"{nodeid}: {found}",
         *([f"    note: {note}"] if note else []),
-        *(f"    {c.describe(names)}" for c in notable),
+        *(f"    {c.describe(names, c.threshold.text in gates)}" for c in notable),
     ]
 
 

@@ -20,7 +20,7 @@ The rule, in order (docs/design.md, "A test's verdict"):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_gpuprof.verdict.budget import Breach
@@ -33,6 +33,7 @@ class Check:
     breaches: tuple[Breach, ...]
     expected: bool = False  # it raised and the test went on (pytest.raises around it)
     asked: frozenset[str] | None = None  # the keys it was given; None: the test's whole budget
+    window: int | None = None  # the window it judged; None: the test so far, no window of its own
 
     @property
     def expects(self) -> list[Breach]:
@@ -43,6 +44,8 @@ class Check:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"breaches": [b.to_dict() for b in self.breaches], "expected": self.expected}
+        if self.window is not None:
+            out["window"] = self.window
         return {**out, "asked": sorted(self.asked)} if self.asked is not None else out
 
 
@@ -117,10 +120,43 @@ def _keys(breaches: Sequence[Breach]) -> str:
     return ",".join(sorted({b.key for b in breaches}))
 
 
-def split_expected(breaches: Sequence[Breach], checks: Sequence[Check]) -> tuple[list[Breach], list[Breach]]:
-    """``breaches`` into those that count and those a caught ``check()`` expected (a key
-    the test asked that check about and asserted breached with ``pytest.raises``); the
-    expected ones include the checks' own, each key once."""
-    expects = {b.key: b for c in checks for b in c.expects}
-    counted = [b for b in breaches if b.key not in expects]
-    return counted, list(expects.values())
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One of a test's windows as the verdict reads it: its budget's breaches, and whether
+    it was measured inside a hypothesis example."""
+
+    breaches: tuple[Breach, ...]
+    example: bool = False
+
+
+def window_rule(
+    windows: Sequence[Judged], checks: Sequence[Check], failing: Check | None = None, *, failed: bool = False
+) -> tuple[list[Breach], list[Breach]]:
+    """The breaches that count against a test, worst window first, and those it expected
+    (docs/design.md, "The window rule").
+
+    A breach belongs to its window: a ``check()`` the test caught excuses the keys it was
+    asked about in the one window it judged, and every other window is judged on its own.
+    ``failing``: the check whose raise failed the test; its breaches count, in its window.
+    ``failed``: the test failed. Then hypothesis searched and failed it: of the windows
+    measured inside examples only the last one counts (the example hypothesis ran last,
+    to show the failure); the others were its search, and excuse or count nothing.
+    """
+    excused = {(c.window, b.key) for c in checks for b in c.expects}
+    expected = {b.key: b for c in checks for b in c.expects}
+    last_example = max((i for i, w in enumerate(windows) if w.example), default=None) if failed else None
+    counted = [replace(b, window=failing.window) for b in failing.breaches] if failing is not None else []
+    seen = {(b.window, b.key) for b in counted}
+    for index, window in enumerate(windows):
+        if window.example and failed and index != last_example:
+            continue
+        counted += [
+            replace(b, window=index)
+            for b in window.breaches
+            if (index, b.key) not in excused and (index, b.key) not in seen
+        ]
+    by_window: dict[int | None, list[Breach]] = {}
+    for b in counted:
+        by_window.setdefault(b.window, []).append(b)
+    worst_first = sorted(by_window.values(), key=lambda group: -max(b.severity for b in group))
+    return [b for group in worst_first for b in group], list(expected.values())
