@@ -101,6 +101,10 @@ class Settings:
             check_output("--gpu-storage", storage, folder=True)
         if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
+        _distinct_outputs(
+            {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace")}
+            | {"GITHUB_STEP_SUMMARY": summary}
+        )
         compare = opt("--gpu-compare")
         summary_rows = _summary_rows(pick("--gpu-summary"))
         # the host clock alone starts nothing: it says how to run once something starts
@@ -135,6 +139,19 @@ class Settings:
             children=pick("--gpu-children") == "on",
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
+
+
+def _distinct_outputs(paths: Mapping[str, str | None]) -> None:
+    """Each output its own file: two given one path would overwrite each other and both
+    say written."""
+    seen: dict[str, str] = {}
+    for option, value in paths.items():
+        if not value:
+            continue
+        where = os.path.realpath(value)
+        if where in seen:
+            raise ConfigError(f"{seen[where]} and {option} are both {value}: give each output its own path")
+        seen[where] = option
 
 
 def _pick(opt: Callable[[str], Any], file_settings: Mapping[str, Any], flag: str) -> Any:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.config import Settings
-from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
+from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.compare import Change, Threshold
@@ -24,6 +24,7 @@ class Gate:
         self.settings = settings
         self.baseline: dict[str, Any] | None = None
         self.path: Path | None = None
+        self.chosen = ""  # why this baseline: the compare line says it
         self._notes: dict[str, str | None] = {}  # by test: what qualifies its comparison
         self._unusable: dict[str, str] = {}  # by test: why its baseline entry could not be compared
 
@@ -43,7 +44,7 @@ class Gate:
 
         wanted = None if self.settings.compare == "latest" else self.settings.compare
         try:
-            path = storage.BaselineStore(self.settings.storage).find(machine["id"], wanted)
+            path, chosen = storage.BaselineStore(self.settings.storage).choose(machine["id"], wanted)
             baseline = storage.load(path)
         except storage.BaselineError as e:
             flag = (
@@ -61,6 +62,8 @@ class Gate:
                 f"PCIe {machine['pcie']}, {machine['backend']}). Pass --gpu-compare-any-machine to compare anyway"
             )
         self.baseline, self.path = baseline, path
+        source = ", ".join(f"{k} {str(baseline[k])[:12]}" for k in ("created", "commit", "branch") if baseline.get(k))
+        self.chosen = f"{chosen}{'; ' + source if source else ''}"
 
     def _base(self, nodeid: str) -> dict[str, Any] | None:
         if self.baseline is None:
@@ -114,7 +117,7 @@ class Gate:
         if self.baseline is None:
             return []
         if self._base(nodeid) is None:
-            return [f"{nodeid}: new (not in the baseline)"]
+            return [f"{nodeid}: {NEW}"]
         if nodeid in self._unusable:
             return [f"{nodeid}: not compared: {self._unusable[nodeid]}"]
         from pytest_gpuprof.verdict.compare import change_lines

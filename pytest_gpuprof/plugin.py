@@ -165,6 +165,12 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
         workload.close()
 
 
+# the options that run part of what was collected: a run given one is no baseline, in a
+# run of one process as under xdist (whose controller collects nothing, so it cannot count
+# what its workers deselected)
+_NARROWING = (("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"), ("lf", "--lf"))
+
+
 # the session's hooks, registered with it (``pytest_configure``)
 HOOKS_NAME = "gpuprof-session"
 
@@ -180,10 +186,14 @@ class SessionHooks:
     def __init__(self, session: GpuSession) -> None:
         self._session = session
         self._collection_errors = 0
+        self._deselected = 0
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._collection_errors += 1
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected += len(items)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._session.load_baseline()
@@ -247,6 +257,21 @@ class SessionHooks:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         self._session.summary(terminalreporter)
 
+    def _not_a_baseline(self, session: pytest.Session, exitstatus: int) -> str | None:
+        """Why this run may not become a baseline (docs/design.md, "The baseline rule"), or
+        ``None``: a baseline is a complete, accepted run, every collected test run and passed."""
+        option = session.config.option
+        if getattr(option, "collectonly", False):
+            return "was --collect-only: no test ran"
+        if self._deselected:
+            return f"deselected {self._deselected} test(s) (-k, -m, --deselect, --lf or a plugin): not every collected test ran"
+        narrowed = [flag for name, flag in _NARROWING if getattr(option, name, None)]
+        if narrowed:
+            return f"ran with {', '.join(narrowed)}: not every collected test ran"
+        if exitstatus == pytest.ExitCode.TESTS_FAILED:
+            return "had failed tests (its own budget, gate or code): a baseline is a run whose every test passed"
+        return None
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         partial = None
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -257,5 +282,6 @@ class SessionHooks:
             partial = f"had {self._collection_errors} error(s) during collection"
         elif session.shouldstop or session.shouldfail:
             partial = f"stopped early ({session.shouldstop or session.shouldfail})"
-        if not self._session.write_outputs(partial) and session.exitstatus == pytest.ExitCode.OK:
+        refused = (partial and f"the run {partial}") or self._not_a_baseline(session, exitstatus)
+        if not self._session.write_outputs(partial, refused) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -146,6 +146,8 @@ class Profiler:
         events recorded on that stream at both edges are how the step's device time is seen.
         """
         self._alive("step()")
+        if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, int) or bytes < 0):
+            raise ValueError(f"gpuprof.step({name!r}, bytes={bytes!r}): bytes is a whole number of bytes, 0 or more")
         return self.spans.scope("step", name, bytes, pageable, stream)
 
     def region(self, name: str = "partition") -> SpanScope:

@@ -331,6 +331,9 @@ class GpuSession:
             self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
 
     def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        if call.when == "teardown" and call.excinfo is not None and isinstance(call.excinfo.value, GpuMemoryLeak):
+            # the plugin's own finding: its one line, not a traceback through the plugin's source
+            report.longrepr = f"GpuMemoryLeak: {call.excinfo.value}"
         if call.when == "teardown" and item.nodeid in self.results:
             if report.failed:  # an error in tear-down (a leak, a fixture) fails the test
                 self.outcomes[item.nodeid] = ("failed", self.outcomes.get(item.nodeid, ("passed", False))[1])
@@ -389,13 +392,14 @@ class GpuSession:
             self.crashed,
             title=title,
             header=self.header() if late else [],
-            compared_with=self.gate.path or self.settings.compare,
+            compared_with=f"{self.gate.path} ({self.gate.chosen})" if self.gate.path else self.settings.compare,
         )
 
-    def write_outputs(self, partial: str | None) -> bool:
+    def write_outputs(self, partial: str | None, not_a_baseline: str | None = None) -> bool:
+        """The run's files; ``not_a_baseline``: why ``--gpu-save`` must not store it."""
         if self.runtime.is_worker:
             return True
-        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial)
+        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial, not_a_baseline)
 
     def close(self) -> None:
         self.runtime.close()

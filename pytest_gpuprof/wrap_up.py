@@ -17,7 +17,7 @@ import pytest
 
 from pytest_gpuprof.config import Settings
 from pytest_gpuprof.output.views import TestView
-from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS
+from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
@@ -114,6 +114,9 @@ class Outputs:
             tr.write_line(f"compared with baseline {compared_with}:")
             for line in compare:
                 tr.write_line(f"  {line}")
+            new = sum(line.endswith(NEW) for line in compare)
+            if new:
+                tr.write_line(f"gpuprof: {new} of {len(views)} tests ungated: {NEW}")
         if self.settings.compare is not None and not self.settings.compare_fail:
             tr.write_line(
                 "gpuprof: nothing gates on these changes: give --gpu-compare-fail=EXPR (for example "
@@ -152,9 +155,11 @@ class Outputs:
         crashed: Mapping[str, str],
         machine: Callable[[], dict[str, Any]],
         partial: str | None,
+        not_a_baseline: str | None = None,
     ) -> bool:
         """Every file asked for (``FILES``) and the baseline; ``partial`` says why the run
-        ended early, if it did. False when one could not be written."""
+        ended early, if it did, ``not_a_baseline`` why it may not become a baseline. False
+        when one could not be written."""
         s = self.settings
         asked = [(f, path) for f in FILES if (path := f.where(s)) is not None]
         if not asked and s.save is None:
@@ -180,12 +185,17 @@ class Outputs:
             else:
                 self.written.append(f"gpuprof: {f.what} {f.done} {path}")
         if (name := s.save) is not None:
-            ok = self._save(report, name, partial, empty=not tests) and ok
+            refused = not_a_baseline or (f"the run {partial}" if partial else None)
+            if refused is None and not tests:
+                refused = "no test measured anything: a baseline holds at least one measured test"
+            ok = self._save(report, name, refused) and ok
         return ok
 
-    def _save(self, report: dict[str, Any], name: str, partial: str | None, *, empty: bool) -> bool:
-        if partial:
-            self.written.append(f"gpuprof: no baseline saved: the run {partial}")
+    def _save(self, report: dict[str, Any], name: str, refused: str | None) -> bool:
+        """Store ``report`` as a baseline, unless ``refused`` says why this run may not be one
+        (docs/design.md, "The baseline rule")."""
+        if refused:
+            self.written.append(f"gpuprof: no baseline saved: {refused}")
             return True
         from pytest_gpuprof.output.storage import BaselineStore
 
@@ -194,8 +204,7 @@ class Outputs:
         except OSError as e:
             self.written.append(f"gpuprof: could not write the baseline {self.settings.storage}: {e.strerror or e}")
             return False
-        note = " (no test measured anything: it holds no test)" if empty else ""
-        self.written.append(f"gpuprof: baseline saved as {saved}{note}")
+        self.written.append(f"gpuprof: baseline saved as {saved}")
         return True
 
 

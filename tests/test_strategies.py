@@ -177,6 +177,9 @@ def test_a_leak_fails_the_test_and_names_it(pytester):
     result = pytester.runpytest("--gpu-backend=host")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*GpuMemoryLeak: GPU memory leak: 1,048,576 bytes (0.000977 GiB) of device memory*"])
+    # one line: none of the plugin's own source before it
+    result.stdout.no_fnmatch_line("*pytest_gpuprof/*.py:*")
+    result.stdout.no_fnmatch_line("*raise GpuMemoryLeak*")
 
 
 def test_a_leaking_hypothesis_example_is_named(pytester):

@@ -35,11 +35,26 @@ def test_merged_report_holds_every_test_once_with_its_slot(pytester):
     assert len(ids) == len(set(ids)) == 7
     assert {t["device"] for t in report["tests"]} == {0, 1}
     assert report["machine"]["devices"] == [0, 1]
-    assert len(list(Path(pytester.path, ".gpuprof").glob("*/*.json"))) == 1  # saved once, by the controller
+    # a run with a failed test is no baseline, under xdist as without it
+    assert not Path(pytester.path, ".gpuprof").exists()
+    result.stdout.fnmatch_lines(["gpuprof: no baseline saved: had failed tests*"])
     result.stdout.fnmatch_lines(["*gpuprof: 2 xdist workers on devices [[]0, 1]*"])
     # the same verdict as without xdist, with the same message
     result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
     result.stdout.fnmatch_lines(["*test_idle*FAIL: breach min_utilization*"])
+
+
+def test_a_passing_xdist_run_is_saved_once_by_the_controller(pytester):
+    pytester.makepyfile(SUITE)
+    run(pytester, "-n", "2", "--gpu-save=main", "-k", "not idle").stdout.fnmatch_lines(
+        ["gpuprof: no baseline saved: ran with -k: not every collected test ran"]
+    )
+    pytester.makepyfile(
+        test_ok="def test_a(gpu_workload):\n    gpu_workload.compute(ms=1)\n\n"
+        "def test_b(gpu_workload):\n    gpu_workload.compute(ms=1)\n"
+    )
+    run(pytester, "-n", "2", "--gpu-save=main", "test_ok.py").assert_outcomes(passed=2)
+    assert len(list(Path(pytester.path, ".gpuprof").glob("*/*.json"))) == 1
 
 
 def test_same_verdicts_without_xdist(pytester):

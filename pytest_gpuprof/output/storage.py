@@ -88,20 +88,45 @@ class BaselineStore:
         return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
 
     def find(self, machine_id: str, wanted: str | None) -> Path:
-        """The newest baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
+        """The newest accepted baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
+        return self.choose(machine_id, wanted)[0]
+
+    def choose(self, machine_id: str, wanted: str | None) -> tuple[Path, str]:
+        """``find``'s baseline and why it was chosen, for the compare line. A stored run that
+        is not a complete, accepted one (an older version saved runs that ended early or
+        measured nothing) is passed over, and the line says so."""
         if wanted and (wanted.endswith(".json") or os.sep in wanted):
             if not Path(wanted).is_file():
                 raise BaselineError(f"{wanted}: no such report file")
-            return Path(wanted)
+            return Path(wanted), "the file given"
         candidates = self.baselines(machine_id)
         if wanted:
             candidates = [p for p in candidates if _NUMBERED.match(p.name)[2] == wanted or p.stem == wanted]  # type: ignore[index]
+        what = f"named {wanted!r} " if wanted else ""
         if not candidates:
             others = sorted(p.name for p in self.folder.iterdir()) if self.folder.is_dir() else []
-            what = f"named {wanted!r} " if wanted else ""
             hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
             raise BaselineError(f"no baseline {what}for machine {machine_id} under {self.folder}{hint}")
-        return candidates[-1]
+        passed_over: list[str] = []
+        for path in reversed(candidates):
+            why = not_accepted(load(path))
+            if why is None:
+                note = f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}" if passed_over else ""
+                return path, f"the newest accepted baseline {what}of machine {machine_id}{note}"
+            passed_over.append(f"{path.name} ({why})")
+        raise BaselineError(
+            f"no accepted baseline {what}for machine {machine_id} under {self.folder}: {'; '.join(passed_over)}"
+        )
+
+
+def not_accepted(report: dict[str, Any]) -> str | None:
+    """Why a stored report is no baseline a comparison may pick (docs/design.md, "The
+    baseline rule"), or ``None``."""
+    if report.get("partial"):
+        return f"the run {report['partial']}"
+    if not report.get("tests"):
+        return "it holds no test"
+    return None
 
 
 def _next_number(folder: Path) -> int:
@@ -131,6 +156,11 @@ def load(path: Path) -> dict[str, Any]:
         raise BaselineError(f"{path}: no machine id")
     if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("nodeid"), str) for t in tests):
         raise BaselineError(f"{path}: 'tests' must be a list of tests with a nodeid")
+    seen: set[str] = set()
+    for test in tests:
+        if test["nodeid"] in seen:
+            raise BaselineError(f"{path}: test {test['nodeid']} is in it twice: which one is the baseline is unknown")
+        seen.add(test["nodeid"])
     return data
 
 
@@ -156,6 +186,11 @@ def entry_problem(test: dict[str, Any]) -> str | None:
         samples = summary.get("samples") if isinstance(summary, dict) else None
         if not isinstance(samples, list) or not all(_figure(v) and v is not None for v in samples):
             return f"rounds.{path}.samples: a list of finite numbers is expected"
+        metric = descriptors.lookup(path)
+        # no time, size, count or fraction of the wall time is negative; a discrepancy may be
+        signed = metric is not None and metric.name == "discrepancy"
+        if not signed and any(v < 0 for v in samples):
+            return f"rounds.{path}.samples: {min(samples)} is impossible: a measured {path} is never negative"
     return None
 
 

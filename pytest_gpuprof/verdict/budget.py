@@ -175,7 +175,10 @@ def parse_bytes(value: Any, key: str, source: str) -> int:
 def _limit(value: Any, key: str, source: str, metric: Metric) -> float:
     if metric.unit == "bytes":
         return float(parse_bytes(value, key, source))
-    return float(check.number(value, key, source, _rule(metric), BudgetError))
+    limit = float(check.number(value, key, source, _rule(metric), BudgetError))
+    if not math.isfinite(limit):  # a limit no figure can breach: a gate silently off
+        raise BudgetError(f"{source}: {key!r} = {value!r}: a limit must be a finite number")
+    return limit
 
 
 def parse_budget(table: Mapping[str, Any], source: str, *, own: bool = False) -> Budget:

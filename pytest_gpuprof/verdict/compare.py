@@ -36,6 +36,9 @@ WAY_OUT = (
     "a test measured whole or by its steps is one round"
 )
 
+# what a comparison says of a test its baseline does not hold: nothing gates it
+NEW = "new (not in the baseline)"
+
 # what a comparison with a baseline reports when no --gpu-compare-fail is given
 DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
 
