@@ -62,7 +62,8 @@ class Gate:
                 f"PCIe {machine['pcie']}, {machine['backend']}). Pass --gpu-compare-any-machine to compare anyway"
             )
         self.baseline, self.path = baseline, path
-        source = ", ".join(f"{k} {str(baseline[k])[:12]}" for k in ("created", "commit", "branch") if baseline.get(k))
+        widths = {"created": 19, "commit": 12, "branch": 40}  # to the second; a short commit
+        source = ", ".join(f"{k} {str(baseline[k])[:n]}" for k, n in widths.items() if baseline.get(k))
         self.chosen = f"{chosen}{'; ' + source if source else ''}"
 
     def _base(self, nodeid: str) -> dict[str, Any] | None:
