@@ -220,7 +220,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "show":
-            print("\n".join(show(load(args.report))))
+            print("\n".join(show(load(args.report, strict=True))))
             return 0
         if args.command == "history":
             return _history(args)
@@ -229,7 +229,7 @@ def _main(argv: Sequence[str] | None) -> int:
             print("\n".join(lines))
             return 1 if regressed else 0
         _output(args.output)
-        merged = merge([load(p) for p in args.reports], [str(p) for p in args.reports])
+        merged = merge([load(p, strict=True) for p in args.reports], [str(p) for p in args.reports])
         try:
             write_json(args.output, merged)
         except OSError as e:

@@ -131,6 +131,12 @@ class Gate:
 
         return inert_gates(changes, self.settings.compare_fail or ())
 
+    def inert_causes(self, changes: list[Change]) -> dict[str, str]:
+        """Each gating expression these changes could never have failed, and why."""
+        from pytest_gpuprof.verdict.compare import inert_causes
+
+        return inert_causes(changes, self.settings.compare_fail or ())
+
     def gates(self, nodeid: str) -> bool:
         """Whether a gating expression applies to this test (a baseline entry to compare)."""
         return bool(self.settings.compare_fail) and self._base(nodeid) is not None and nodeid not in self._unusable

@@ -24,7 +24,6 @@ from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
-from pytest_gpuprof.verdict.compare import WAY_OUT
 from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
 from pytest_gpuprof.wrap_up import FILES, Outputs
 
@@ -71,6 +70,7 @@ class GpuSession:
         self.outputs = Outputs(config, settings)
         self.results: dict[str, TestResult] = {}  # measured here
         self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
+        self.runs: dict[str, int] = {}  # how many times each test's set-up ran (a rerun plugin repeats it)
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
         self.waited: dict[str, tuple[float, str]] = {}  # --gpu-exclusive: each wait (ms), for whom
@@ -280,8 +280,8 @@ class GpuSession:
         unusable = self.gate.unusable(item.nodeid)
         if unusable is not None:
             _warn(item, f"gpuprof: baseline {unusable}")
-        for gate in record.inert:
-            _warn(item, f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {WAY_OUT}")
+        for gate, cause in self.gate.inert_causes(result.changes).items():
+            _warn(item, f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}")
         for line in profiler.problems():  # steps made and never entered, or never left
             _warn(item, f"gpuprof: {line}")
         if message is not None and not self.settings.enforce and not _warn(item, message):
@@ -319,6 +319,8 @@ class GpuSession:
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     def logreport(self, report: pytest.TestReport) -> None:
+        if report.outcome == "rerun":
+            return  # a rerun plugin's name for a run it repeats: the final run's outcome counts
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.outcomes[report.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
         elif report.when == "teardown" and report.outcome == "failed":
@@ -331,6 +333,14 @@ class GpuSession:
             self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
 
     def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        # the outcome as the report is made: a rerun plugin logs its reports only after the
+        # whole run (and renames a repeated run's), so the log may not have said it yet
+        if call.when == "setup":
+            self.runs[item.nodeid] = self.runs.get(item.nodeid, 0) + 1
+            if self.runs[item.nodeid] > 1:
+                self.results.pop(item.nodeid, None)  # a rerun: its record is this run's alone
+        if call.when == "call" or (call.when == "setup" and report.outcome != "passed"):
+            self.outcomes[item.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
         if call.when == "teardown" and call.excinfo is not None and isinstance(call.excinfo.value, GpuMemoryLeak):
             # the plugin's own finding: its one line, not a traceback through the plugin's source
             report.longrepr = f"GpuMemoryLeak: {call.excinfo.value}"
@@ -350,6 +360,7 @@ class GpuSession:
         result = self.results[nodeid]
         record = result.record
         record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
+        record.reruns = self.runs.get(nodeid, 1) - 1
         record.waited_ms, record.waited_for = self.waited.get(nodeid, (0.0, ""))
         per_file = {
             f.what: f.per_test(record, result.timeline)

@@ -50,3 +50,30 @@ def test_each_command_describes_its_arguments(command, words, capsys):
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
     assert words in capsys.readouterr().out
+
+
+def test_a_malformed_report_is_named_by_file_test_and_field_in_every_command(tmp_path, capsys):
+    from pytest_gpuprof import cli
+
+    bad = _report(tmp_path, "bad.json")
+    data = json.loads(bad.read_text())
+    data["tests"][0]["metrics"] = "oops"
+    machine = data["machine"]["id"]
+    stored = tmp_path / "store" / machine / "0001_main.json"
+    stored.parent.mkdir(parents=True)
+    for path in (bad, stored):
+        path.write_text(json.dumps(data))
+    good = _report(tmp_path, "good.json")
+    for argv, path in (
+        (["show", str(bad)], bad),
+        (["merge", str(good), str(bad), "-o", str(tmp_path / "m.json")], bad),
+        (["history", "--storage", str(tmp_path / "store")], stored),
+    ):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: test t::a: metrics: a table is expected, not 'oops'" in err, argv
+        assert "AttributeError" not in err
+    assert not (tmp_path / "m.json").exists()
+    # a comparison leaves the unusable test out, naming it the same way
+    assert cli.main(["compare", str(bad), str(good)]) == 0
+    assert f"t::a: not compared: {bad}: metrics: a table is expected, not 'oops'" in capsys.readouterr().out

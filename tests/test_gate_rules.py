@@ -4,7 +4,8 @@ complete, accepted run becomes a baseline. Each case here gave the wrong verdict
 
 import json
 
-from plugin_runs import entry, report_of
+import pytest
+from plugin_runs import entry, page_data_of, report_of
 
 TWO_WINDOWS = """
 import pytest
@@ -102,3 +103,42 @@ def test_two_outputs_on_one_path_are_refused(pytester):
     result = pytester.runpytest("--gpu-report=out.json", "--gpu-html=out.json")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*--gpu-report and --gpu-html are both out.json*"])
+
+
+# 6. a rerun plugin: the final outcome decides, with the rerun count
+
+FLAKY = """
+import pathlib
+import pytest
+
+@pytest.mark.gpu_budget(min_utilization=0.0)
+def test_flaky(gpu_workload):
+    gpu_workload.compute(ms=2)
+    marker = pathlib.Path("ran-once")
+    if not marker.exists():
+        marker.write_text("")
+        raise AssertionError("first run fails")
+
+@pytest.mark.gpu_budget(min_utilization=0.0)
+def test_broken(gpu_workload):
+    gpu_workload.compute(ms=2)
+    raise AssertionError("always")
+"""
+
+
+def test_a_rerun_test_reads_its_final_outcome_and_the_rerun_count(pytester):
+    pytest.importorskip("pytest_rerunfailures")
+    pytester.makepyfile(FLAKY)
+    result, report = report_of(pytester, "--reruns=2", "--gpu-html=page.html", "--junitxml=junit.xml")
+    assert result.parseoutcomes() == {"passed": 1, "failed": 1, "rerun": 3}
+    flaky, broken = entry(report, "test_flaky"), entry(report, "test_broken")
+    assert (flaky["outcome"], flaky["reruns"], flaky["verdict"]) == ("passed", 1, "ok")
+    assert (broken["outcome"], broken["reruns"]) == ("failed", 2)
+    page = {
+        t["id"].rsplit("::", 1)[1]: t for t in page_data_of(pytester.path.joinpath("page.html").read_text())["tests"]
+    }
+    assert (page["test_flaky"]["outcome"], page["test_flaky"]["reruns"]) == ("passed", 1)
+    assert (page["test_broken"]["outcome"], page["test_broken"]["reruns"]) == ("failed", 2)
+    junit = pytester.path.joinpath("junit.xml").read_text()
+    assert '<property name="gpuprof.reruns" value="1" />' in junit
+    assert '<property name="gpuprof.reruns" value="2" />' in junit

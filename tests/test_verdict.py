@@ -165,6 +165,32 @@ def test_a_gate_on_a_test_of_one_round_says_it_cannot_fail(pytester):
     assert "gate inert: kernel_ms:+5%" in out and "inert: 1 vs 1 rounds can never reach p < 0.05" in out
 
 
+MEASURED = """
+import pytest
+
+def test_measured(gpuprof, gpu_workload):
+    gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds={rounds}, warmup=0)
+"""
+
+
+def test_an_inert_gate_names_the_side_short_of_rounds(pytester):
+    # a baseline of one round against a run of ten: the baseline is the cause, not the test
+    pytester.makepyfile(test_measured=MEASURED.format(rounds=1))
+    pytester.runpytest("--gpu-save=base").assert_outcomes(passed=1)
+    pytester.makepyfile(test_measured=MEASURED.format(rounds=10))
+    result = pytester.runpytest("--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%")
+    result.assert_outcomes(passed=1, warnings=1)
+    out = result.stdout.str()
+    assert "the baseline holds 1 round of kernel_ms against this run's 10" in out
+    assert "4 or more rounds" not in out
+    # and the other way round: the run is short
+    pytester.makepyfile(test_measured=MEASURED.format(rounds=10))
+    pytester.runpytest("--gpu-save=ten").assert_outcomes(passed=1)
+    pytester.makepyfile(test_measured=MEASURED.format(rounds=1))
+    out = pytester.runpytest("--gpu-compare=ten", "--gpu-compare-fail=kernel_ms:+5%").stdout.str()
+    assert "this run has 1 round of kernel_ms against the baseline's 10: it needs 2 or more" in out
+
+
 def test_gpu_rounds_raises_the_rounds_a_measure_asks_for(pytester):
     pytester.makepyfile(
         """

@@ -46,7 +46,9 @@ class Series:
 
 def history(folder: Path, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS) -> list[Series]:
     """Every test matching ``pattern``, each metric, over the machine's baselines in order."""
-    reports = [(path.stem, storage.load(path)) for path in storage.BaselineStore(folder).baselines(machine)]
+    reports = [
+        (path.stem, storage.load(path, strict=True)) for path in storage.BaselineStore(folder).baselines(machine)
+    ]
     tests = sorted({t["nodeid"] for _, r in reports for t in r["tests"] if fnmatch.fnmatchcase(t["nodeid"], pattern)})
     out = []
     for nodeid in tests:

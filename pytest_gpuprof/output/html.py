@@ -26,6 +26,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": record.nodeid,
         "outcome": record.outcome,
+        "reruns": record.reruns,
         "xfail": record.xfail,
         "verdict": record.status,
         # each breach with the text the message gives it (its metric's own unit)
@@ -189,7 +190,7 @@ function renderSummary() {
     if (i === selected) row.classList.add("selected");
     row.append(el("td", {title: t.id}, t.id), el("td", {class: "num"}, num(t.metrics.wall_ms)),
       el("td", {class: "num"}, pct(t.metrics.utilization)), el("td", {class: "num"}, pct(t.metrics.reported_utilization)),
-      el("td", {class: "num"}, num(t.metrics.overhead_ms)), el("td", {title: t.verdict}, t.verdict + (t.outcome === "failed" ? " (failed)" : "")));
+      el("td", {class: "num"}, num(t.metrics.overhead_ms)), el("td", {title: t.verdict}, t.verdict + (t.outcome === "failed" ? " (failed)" : "") + (t.reruns ? ` (after ${t.reruns} rerun${t.reruns > 1 ? "s" : ""})` : "")));
     rows.append(row);
   }
   body.replaceChildren(rows);

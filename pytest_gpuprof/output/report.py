@@ -58,8 +58,9 @@ class GpuRecord:
     breaches: list[Breach]  # that count against the test: the reported window's, or an uncaught check()'s
     enforced: bool
     windows: int = 1
-    outcome: str = "passed"
+    outcome: str = "passed"  # the final run's, where a rerun plugin repeated the test
     xfail: bool = False
+    reruns: int = 0  # how many times a rerun plugin repeated it before that outcome
     device: int = 0
     checks: list[Check] = field(default_factory=list)
     expected: list[Breach] = field(default_factory=list)  # breaches a check() the test caught had raised
@@ -115,12 +116,15 @@ class GpuRecord:
             if value is not None:
                 figures.append((f"gpuprof.{name}", round(value, digits)))
         figures.append(("gpuprof.verdict", self.status))
+        if self.reruns:
+            figures.append(("gpuprof.reruns", self.reruns))
         return figures
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
             "outcome": self.outcome,
+            "reruns": self.reruns,
             "metrics": self.metrics.to_dict(),
             "rounds": {path: s.to_dict() for path, s in self.metrics.rounds.items()},
             "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},

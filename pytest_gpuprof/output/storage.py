@@ -134,8 +134,10 @@ def _next_number(folder: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A report from disk, checked enough that comparing it cannot crash."""
+def load(path: Path, strict: bool = False) -> dict[str, Any]:
+    """A report from disk, checked enough that comparing it cannot crash; ``strict``: every
+    test's figures checked too (``entry_problem``), for a reader that shows them all (a
+    comparison instead leaves an unusable test out, naming it)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -161,6 +163,10 @@ def load(path: Path) -> dict[str, Any]:
         if test["nodeid"] in seen:
             raise BaselineError(f"{path}: test {test['nodeid']} is in it twice: which one is the baseline is unknown")
         seen.add(test["nodeid"])
+        # a test whose xdist worker died has no figures: its entry says so (``crashed``)
+        problem = entry_problem(test) if strict and "crashed" not in test else None
+        if problem is not None:
+            raise BaselineError(f"{path}: test {test['nodeid']}: {problem}")
     return data
 
 

@@ -207,12 +207,34 @@ class Change:
         test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
         inert = ""
         if self.inert:
-            inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {WAY_OUT})"
+            inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
             f"{self.named(gating)}{inert}"
         )
+
+    def inert_cause(self) -> str:
+        """Why this comparison could never fail, naming the side that is short of rounds and
+        how many it would need against the other."""
+        before, now = self.samples
+        metric = self.threshold.metric
+        if self.finding == "absent":
+            return f"{metric} was measured in neither the baseline nor this run"
+        if before < now:
+            need = _rounds_needed(now)
+            return (
+                f"the baseline holds {_rounds(before)} of {metric} against this run's {now}: "
+                f"save a baseline from a run of {need} or more rounds (gpuprof.measure(), --gpu-rounds)"
+            )
+        if now < before:
+            need = _rounds_needed(before)
+            return (
+                f"this run has {_rounds(now)} of {metric} against the baseline's {before}: it needs {need} or more "
+                "(gpuprof.measure() repeats its window, --gpu-rounds raises them; a test measured whole "
+                "or by its steps is one round)"
+            )
+        return WAY_OUT
 
     def named(self, gating: bool) -> str:
         """The finding as a line says it: ``regression`` only where a gate the user set
@@ -220,6 +242,16 @@ class Change:
         if self.finding == "regression" and not gating:
             return f"changed (beyond the default {self.threshold.text}, not a gate)"
         return self.finding
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round" if n == 1 else f"{n} rounds"
+
+
+def _rounds_needed(other: int) -> int:
+    """The fewest rounds on one side that can reach ``ALPHA`` against ``other`` rounds on
+    the other (0 if none can)."""
+    return next((k for k in range(1, 200) if can_fail(k, other)), 0)
 
 
 def _formatter(metric: str) -> Callable[..., str]:
@@ -360,6 +392,16 @@ def change_lines(
         *([f"    note: {note}"] if note else []),
         *(f"    {c.describe(names, c.threshold.text in gates)}" for c in notable),
     ]
+
+
+def inert_causes(changes: Sequence[Change], gating: Sequence[Threshold]) -> dict[str, str]:
+    """Each inert gating expression and why it cannot fail (the first cause of its lines)."""
+    gates = {t.text for t in gating}
+    out: dict[str, str] = {}
+    for c in changes:
+        if c.inert and c.threshold.text in gates:
+            out.setdefault(c.threshold.text, c.inert_cause())
+    return out
 
 
 def inert_gates(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[str]:
