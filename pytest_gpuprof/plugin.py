@@ -69,9 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
     if "hypothesis" in sys.modules or config.getoption("hypothesis_profile", None) == "gpuprof":
-        # hypothesis's own plugin has imported it already where it is installed: the
-        # profile is there for settings.get_profile("gpuprof") in a test module, and
-        # before hypothesis loads it by name for --hypothesis-profile=gpuprof
+        # the package's "hypothesis" entry point registers the profile as hypothesis is
+        # imported; this covers a plugin loaded by -p from a path that installed nothing
         from pytest_gpuprof.strategies import register_profile
 
         register_profile()

@@ -443,7 +443,8 @@ def test_the_gpuprof_profile_needs_no_import_first(pytester):
             assert settings().deadline is None
         """
     )
-    pytester.runpytest().assert_outcomes(passed=1)
+    # a process of its own: nothing here has imported hypothesis before the test module
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(
