@@ -56,6 +56,13 @@ class Examples:
         # the example of the latest measure(), and how to measure it again
         self._remeasure: tuple[int, Callable[[], Metrics]] | None = None
         self._judged: dict[tuple[Any, str], tuple[Verdict, Metrics]] = {}
+        # the example the test itself was set up inside, if any (a pytest run inside a
+        # hypothesis test: pytester): that one is not this test's example
+        self._outer = _example_id() if running() else None
+
+    def running(self) -> bool:
+        """Whether the caller runs inside one of this test's hypothesis examples."""
+        return running() and _example_id() != self._outer
 
     def remember(self, remeasure: Callable[[], Metrics]) -> None:
         """How to measure the running example's window again, to confirm a breach."""
@@ -63,7 +70,7 @@ class Examples:
 
     def measured_this_one(self) -> bool:
         """Whether the running example (if any) has measured a window."""
-        return self._remeasure is not None and running() and self._remeasure[0] == _example_id()
+        return self._remeasure is not None and self.running() and self._remeasure[0] == _example_id()
 
     def judgement(self, verdict: Verdict, metrics: Metrics) -> tuple[Verdict, Metrics]:
         """The judgement of the running example, given the ``verdict`` of its window's

@@ -172,7 +172,7 @@ class Profiler:
         warmup = self.default_warmup if warmup is None else warmup
         if rounds < 1 or warmup < 0:
             raise ValueError(f"measure(rounds={rounds}, warmup={warmup}): rounds must be >= 1, warmup >= 0")
-        example = confirm.running()
+        example = self._examples.running()
         if example:
             self._examples.watch_memory()
         metrics = self.repeat(fn, rounds=rounds, warmup=warmup, label="measure")
@@ -230,7 +230,7 @@ class Profiler:
 
     def keep(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
-        window.example = confirm.running()
+        window.example = self._examples.running()
         return self.collector.keep(window, self.budget)
 
     def whole_test(self) -> Window | None:
@@ -288,7 +288,7 @@ class Profiler:
             verdict, current = self._examples.judgement(verdict, current)
         error = self._error(verdict, current, confirmed=confirmed) if verdict.breached else None
         judged = len(self.windows) - 1 if self.windows else None
-        self.verdicts.append(Checked(verdict, current, error, asked, judged, confirm.running()))
+        self.verdicts.append(Checked(verdict, current, error, asked, judged, self._examples.running()))
         if error is not None:
             raise error
         return current

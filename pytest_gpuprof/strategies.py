@@ -34,7 +34,15 @@ def register_profile() -> None:
     """The ``gpuprof`` settings profile: GPU timing has no deadline and few examples, and a
     failing example is not "explained" (hypothesis's last phase runs it again with each part
     varied, tens of measured runs more, to say which parts did not matter: with a size or
-    two drawn, the shrunk example says it already)."""
+    two drawn, the shrunk example says it already). Registered once: again, inside a
+    test with settings of its own, hypothesis would warn."""
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        settings.get_profile(PROFILE)
+        return
+    except InvalidArgument:
+        pass
     settings.register_profile(
         PROFILE,
         deadline=None,
