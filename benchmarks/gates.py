@@ -205,7 +205,7 @@ def _spin_path(test: dict) -> str:
 
 def _store_history(runs: list[dict], by_test: dict, workloads: list[str], folder: Path, slower: float) -> None:
     """The unchanged runs, then the slowed ones, as numbered baselines of one machine."""
-    from pytest_gpuprof.output import storage
+    from pytest_gpuprof.output.store import Store
 
     half = len(runs) // 2
     for i in range(len(runs)):
@@ -213,12 +213,12 @@ def _store_history(runs: list[dict], by_test: dict, workloads: list[str], folder
         tests = [{**by_test[f"{w}[{variant}]"][i], "nodeid": w} for w in workloads]
         report = {
             "schema": 1,
-            "created": f"process {i + 1}",
+            "created": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}+00:00",  # one a second, in order
             "commit": f"run{i + 1:02d}",
             "machine": runs[0]["machine"],
             "tests": tests,
         }
-        storage.BaselineStore(folder).save(report, "main")
+        Store(folder).save(report, "main")
     print(
         f"\n{len(runs)} runs stored under {folder}: the first {half} unchanged, then the spin kernel {100 * (slower - 1):.0f}% slower"
     )

@@ -1,9 +1,14 @@
 """The ``gpuprof`` command: read, compare and merge reports outside pytest.
 
 gpuprof show REPORT
-gpuprof compare BASE NEW [--fail EXPR[,EXPR...]]   exit 1 on a clear regression
+gpuprof compare BASE NEW [--fail EXPR[,EXPR...]] [--storage URL]   exit 1 on a clear regression
 gpuprof merge A B ... -o OUT
-gpuprof history [--storage DIR] [--machine ID] [--test PATTERN] [--metric M] [-o FILE.html]
+gpuprof history [--storage URL] [--machine ID] [--test PATTERN] [--metric M] [-o FILE.html]
+gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
+gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
+
+A REPORT is a file or a store's URL (s3://bucket/prefix/MACHINE/...json); BASE may also be
+a baseline name of the store (NAME, NAME~K, latest).
 
 Exit codes: 0 done, 1 a clear regression (compare), 2 a report or argument that cannot
 be used (the message names it).
@@ -22,7 +27,8 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
-from pytest_gpuprof.output.storage import BaselineError, BaselineStore, entry_problem, load
+from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
+from pytest_gpuprof.output.store import Reference, Store
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
@@ -63,30 +69,39 @@ def show(report: dict[str, Any]) -> list[str]:
 
 
 def compare(
-    base: dict[str, Any], new: dict[str, Any], expressions: str, base_name: str = "BASE", new_name: str = "NEW"
+    base: dict[str, Any] | Reference,
+    new: dict[str, Any],
+    expressions: str,
+    base_name: str = "BASE",
+    new_name: str = "NEW",
 ) -> tuple[list[str], bool]:
+    """Each test of ``new`` against ``base`` (a report, or a store's reference: each test
+    from the newest baseline holding it, or pooled)."""
+    reference = base if isinstance(base, Reference) else Reference.of_report(base, base_name)
     gating = parse_thresholds(expressions)
     thresholds = with_listed_kernels(gating)
-    by_id = {t["nodeid"]: t for t in base["tests"]}
     lines = []
-    if base["machine"].get("id") != new["machine"].get("id"):
-        lines.append(f"note: machine ids differ ({base['machine'].get('id')} vs {new['machine'].get('id')})")
+    theirs = reference.first["machine"].get("id")
+    if theirs != new["machine"].get("id"):
+        lines.append(f"note: machine ids differ ({theirs} vs {new['machine'].get('id')})")
     regressed = False
     for test in new["tests"]:
-        old = by_id.get(test["nodeid"])
-        if old is None:
+        found = reference.entry(test["nodeid"])
+        if found is None:
             lines.append(f"{test['nodeid']}: new")
             continue
-        problems = [(name, p) for name, t in ((base_name, old), (new_name, test)) if (p := entry_problem(t))]
+        old, where, _ = found
+        problems = [(name, p) for name, t in ((where, old), (new_name, test)) if (p := entry_problem(t))]
         if problems:
-            where, problem = problems[0]
-            lines.append(f"{test['nodeid']}: not compared: {where}: {problem}")
+            source, problem = problems[0]
+            lines.append(f"{test['nodeid']}: not compared: {source}: {problem}")
             continue
         changes = compare_tests(thresholds, old, test)
         lines += change_lines(test["nodeid"], changes, clock_note(old, test), gating)
         regressed |= bool(regressions(changes, gating))
-    gone = sorted(set(by_id) - {t["nodeid"] for t in new["tests"]})
-    lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
+    if not isinstance(base, Reference):
+        gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})
+        lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed
 
 
@@ -125,11 +140,12 @@ def _output(path: Path) -> None:
 def _history(args: argparse.Namespace) -> int:
     from pytest_gpuprof.output import history as h
 
-    machine = BaselineStore(args.storage).machine(args.machine)
+    store = Store(args.storage)
+    machine = store.machine(args.machine)
     for metric in args.metric or ():
         if not descriptors.comparable(metric):
             raise BaselineError(f"--metric {metric}: no such metric; metrics are {descriptors.grammar()}")
-    series = h.history(args.storage, machine, args.test, args.metric or h.DEFAULT_METRICS)
+    series = h.history(store, machine, args.test, args.metric or h.DEFAULT_METRICS)
     if not series:
         hint = ""
         if not any(c in args.test for c in "*?["):
@@ -147,6 +163,44 @@ def _history(args: argparse.Namespace) -> int:
         raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
     marked = sum(len(s.changes) for s in series)
     print(f"history of {len({s.test for s in series})} tests, {marked} change point(s), written to {args.output}")
+    return 0
+
+
+def _base(args: argparse.Namespace, new: dict[str, Any]) -> dict[str, Any] | Reference:
+    """``compare``'s BASE: a report's file or URL, or a baseline name of the store."""
+    text = str(args.base)
+    if text.endswith(".json") or "/" in text or "://" in text or Path(text).is_file():
+        return load(text)
+    from pytest_gpuprof.gate import wanted
+
+    name, pooled = wanted(text)
+    store = Store(args.storage)
+    return store.reference(args.machine or new["machine"]["id"], name, pooled)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    store = Store(args.storage)
+    machines = [store.machine(args.machine)] if args.machine else store.machines()
+    removed = [key for m in machines for key in store.prune(m, args.keep, args.name)]
+    for key in removed:
+        print(f"removed {store.where(key)}")
+    print(f"pruned {len(removed)} record(s); each name keeps its {args.keep} newest run(s)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pytest_gpuprof.output.export import export
+
+    text = export(load(args.report, strict=True), args.format, args.metric or DEFAULT_METRICS, args.tool)
+    if args.output is None:
+        print(text, end="")
+        return 0
+    _output(args.output)
+    try:
+        write_atomic(args.output, text)
+    except OSError as e:
+        raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
+    print(f"exported {args.report} as {args.format} to {args.output}")
     return 0
 
 
@@ -168,15 +222,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     p_show = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
-    p_show.add_argument("report", type=Path, help="a JSON report (--gpu-report) or a stored baseline")
+    p_show.add_argument("report", help="a JSON report (--gpu-report) or a stored baseline: a file or URL")
     p_compare = commands.add_parser(
         "compare",
         help="compare NEW with BASE; exit 1 on a clear regression",
         description="compare each test of NEW with the same test of BASE, metric by metric; exit 1 when one "
         "regressed beyond its threshold and clearly over the rounds (one-sided Mann-Whitney, p < 0.05)",
     )
-    p_compare.add_argument("base", type=Path, help="the baseline report")
-    p_compare.add_argument("new", type=Path, help="the report to judge")
+    p_compare.add_argument(
+        "base", help="the baseline: a report's file or URL, or a baseline name of --storage (NAME, NAME~K, latest)"
+    )
+    p_compare.add_argument("new", help="the report to judge (a file or URL)")
     p_compare.add_argument(
         "--fail",
         default=DEFAULT_THRESHOLDS,
@@ -188,7 +244,9 @@ def _parser() -> argparse.ArgumentParser:
     p_merge = commands.add_parser(
         "merge", help="merge reports of one machine", description="merge reports of one machine into one"
     )
-    p_merge.add_argument("reports", type=Path, nargs="+", help="reports; a test in several keeps the last one's")
+    p_merge.add_argument(
+        "reports", nargs="+", help="reports (files or URLs), each test in one of them: a test in two is refused"
+    )
     p_merge.add_argument("-o", "--output", type=Path, required=True, help="the merged report (a file)")
     p_history = commands.add_parser(
         "history",
@@ -197,10 +255,37 @@ def _parser() -> argparse.ArgumentParser:
         "mark the change points: a level shift beyond the noise of the runs around it (the runs on each "
         "side separated, the shift over 3x their spread), never a single outlier",
     )
-    storage = BY_FLAG["--gpu-storage"]
-    p_history.add_argument(
-        "--storage", type=Path, default=Path(storage.default), help=storage.help + storage.shown_default()
+    p_prune = commands.add_parser(
+        "prune",
+        help="remove old baselines, keeping each name's newest N runs",
+        description="remove the stored baselines of each machine and name beyond its N newest runs (the shards "
+        "of one run count as one), newest by their created time",
     )
+    p_prune.add_argument("--keep", type=_positive, required=True, metavar="N", help="runs to keep per name")
+    p_prune.add_argument("--name", default=None, help="only this baseline name")
+    p_export = commands.add_parser(
+        "export",
+        help="a report in a dashboard's format",
+        description="write a report's metrics (median of the rounds, their range) as Bencher Metric Format (bmf) "
+        "or as github-action-benchmark's custom tool JSON (one direction a file: --tool)",
+    )
+    p_export.add_argument("report", help="a JSON report or stored baseline: a file or URL")
+    p_export.add_argument("--format", required=True, choices=("bmf", "github-action-benchmark"))
+    p_export.add_argument(
+        "--tool",
+        choices=("customSmallerIsBetter", "customBiggerIsBetter"),
+        default="customSmallerIsBetter",
+        help="github-action-benchmark: which metrics, by the way they get better (default customSmallerIsBetter)",
+    )
+    p_export.add_argument(
+        "--metric", action="append", default=None, metavar="M", help=f"default {', '.join(DEFAULT_METRICS)}"
+    )
+    p_export.add_argument("-o", "--output", type=Path, default=None, help="a file (default: print)")
+    storage = BY_FLAG["--gpu-storage"]
+    for p in (p_history, p_prune, p_compare):
+        p.add_argument("--storage", default=storage.default, metavar="URL", help=storage.help + storage.shown_default())
+    for p in (p_prune, p_compare):
+        p.add_argument("--machine", default=None, help="machine id (default: every machine / NEW's)")
     p_history.add_argument("--machine", default=None, help="machine id (needed where several are stored)")
     p_history.add_argument("--test", default="*", metavar="PATTERN", help="test ids to show (fnmatch), default all")
     p_history.add_argument(
@@ -224,8 +309,13 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command == "history":
             return _history(args)
+        if args.command == "prune":
+            return _prune(args)
+        if args.command == "export":
+            return _export(args)
         if args.command == "compare":
-            lines, regressed = compare(load(args.base), load(args.new), args.fail, str(args.base), str(args.new))
+            new = load(args.new)
+            lines, regressed = compare(_base(args, new), new, args.fail, str(args.base), str(args.new))
             print("\n".join(lines))
             return 1 if regressed else 0
         _output(args.output)
@@ -246,10 +336,18 @@ def _main(argv: Sequence[str] | None) -> int:
             "compare": lambda: [args.base, args.new],
             "merge": lambda: args.reports,
             "history": lambda: [args.storage],
+            "prune": lambda: [args.storage],
+            "export": lambda: [args.report],
         }[args.command]()
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of 1 or more")
+    return int(text)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ HostClock = Literal["real", "virtual"]
 # the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
 _CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
 _FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
+_TEXT_KEYS = tuple(o.key for o in TABLE if o.key and not o.choices and not o.number)
 OPTIONS = [(o.flag, o.argparse()) for o in TABLE]
 
 
@@ -66,7 +67,8 @@ class Settings:
     compare_fail: tuple[Threshold, ...] = ()
     compare_given: bool = False  # --gpu-compare itself, not implied by --gpu-compare-fail
     compare_any_machine: bool = False
-    storage: Path = Path(DEFAULT["--gpu-storage"])
+    storage: str = DEFAULT["--gpu-storage"]  # a folder or a URL (output.store)
+    run_id: str | None = None  # the run a save belongs to (its shards share it)
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
     configured: bool = False
     # rows of the terminal table (None: all)
@@ -96,9 +98,8 @@ class Settings:
 
         thresholds = _thresholds(opt("--gpu-compare-fail"))
         save = _baseline_name(opt("--gpu-save"))
-        storage = Path(pick("--gpu-storage"))
-        if save is not None:
-            check_output("--gpu-storage", storage, folder=True)
+        storage = _storage(pick("--gpu-storage"), save is not None)
+        run_id = _run_id(opt("--gpu-run-id"))
         if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         _distinct_outputs(
@@ -132,6 +133,7 @@ class Settings:
             compare_given=compare is not None,
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
+            run_id=run_id,
             summary_rows=summary_rows,
             nvtx=pick("--gpu-nvtx") == "on",
             sample=pick("--gpu-sample") == "on",
@@ -182,6 +184,37 @@ def _thresholds(given: list[str] | None) -> tuple[Threshold, ...]:
         return tuple(parse_thresholds(",".join(given)))
     except CompareError as e:
         raise ConfigError(f"--gpu-compare-fail: {e}") from None
+
+
+def _storage(value: object, saving: bool) -> str:
+    """``--gpu-storage`` (or ``storage``): a folder, checked writable where a run saves to
+    it, or a URL whose scheme and library are there."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"storage = {value!r}: a folder or a URL (s3://bucket/prefix, memory://...) is expected")
+    from pytest_gpuprof.output.store import StoreError, check_url, is_url
+
+    if not is_url(value):
+        if saving:
+            check_output("--gpu-storage", Path(value), folder=True)
+        return value
+    try:
+        check_url(value)
+    except StoreError as e:
+        raise ConfigError(f"--gpu-storage: {e}") from None
+    return value
+
+
+def _run_id(value: str | None) -> str | None:
+    """``--gpu-run-id``, else the CI's run id; checked before any test runs."""
+    from pytest_gpuprof.output.storage import BaselineError
+    from pytest_gpuprof.output.store import check_run_id, run_id_from_environment
+
+    if value is None:
+        return run_id_from_environment()
+    try:
+        return check_run_id(value)
+    except BaselineError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _baseline_name(name: str | None) -> str | None:
@@ -276,8 +309,11 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
             check.choice(value, key, source, _CHOICES[key], ConfigError)
         elif key in _FILE_KEYS:
             check_number(key, value, source)
+        elif key in _TEXT_KEYS:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{source}: {key} = {value!r}: a non-empty string is expected")
         else:
-            raise check.unknown(key, source, [*_CHOICES, *_FILE_KEYS, "budget"], "key", ConfigError)
+            raise check.unknown(key, source, [*_CHOICES, *_FILE_KEYS, *_TEXT_KEYS, "budget"], "key", ConfigError)
         settings[key] = value
     try:
         budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")

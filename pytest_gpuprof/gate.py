@@ -7,7 +7,7 @@ change is both beyond its threshold and clear over the rounds (``verdict.compare
 from __future__ import annotations
 
 import functools
-from pathlib import Path
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,14 +16,16 @@ from pytest_gpuprof.config import Settings
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.output.store import Reference
     from pytest_gpuprof.verdict.compare import Change, Threshold
 
 
 class Gate:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.baseline: dict[str, Any] | None = None
-        self.path: Path | None = None
+        self.reference: Reference | None = None
+        self.path: str | None = None  # the newest baseline record read
+        self._entries: dict[str, tuple[dict[str, Any], str, int] | None] = {}
         self.chosen = ""  # why this baseline: the compare line says it
         self._notes: dict[str, str | None] = {}  # by test: what qualifies its comparison
         self._unusable: dict[str, str] = {}  # by test: why its baseline entry could not be compared
@@ -37,15 +39,20 @@ class Gate:
         return with_listed_kernels(self.settings.compare_fail or parse_thresholds(DEFAULT_THRESHOLDS))
 
     def load(self, machine: dict[str, Any]) -> None:
-        """Find and read the baseline; a usage error where it cannot be used."""
+        """Find the baseline; a usage error where it cannot be used."""
         if self.settings.compare is None:
             return
-        from pytest_gpuprof.output import storage
+        from pytest_gpuprof.output import storage, store
 
-        wanted = None if self.settings.compare == "latest" else self.settings.compare
+        name, pooled = wanted(self.settings.compare)
         try:
-            path, chosen = storage.BaselineStore(self.settings.storage).choose(machine["id"], wanted)
-            baseline = storage.load(path)
+            if name and (name.endswith(".json") or os.sep in name):
+                if "://" not in name and not os.path.isfile(name):
+                    raise storage.BaselineError(f"{name}: no such report file")
+                reference = store.Reference.of_report(storage.load(name), name)
+            else:
+                reference = store.Store(self.settings.storage).reference(machine["id"], name, pooled)
+            baseline = reference.first
         except storage.BaselineError as e:
             flag = (
                 "--gpu-compare"
@@ -56,33 +63,47 @@ class Gate:
         theirs = baseline["machine"]
         if theirs["id"] != machine["id"] and not self.settings.compare_any_machine:
             raise pytest.UsageError(
-                f"pytest-gpuprof: --gpu-compare: {path} was measured on machine {theirs['id']} "
+                f"pytest-gpuprof: --gpu-compare: {reference.where} was measured on machine {theirs['id']} "
                 f"({theirs.get('gpu')}, driver {theirs.get('driver')}, PCIe {theirs.get('pcie')}, "
                 f"{theirs.get('backend')}); this is {machine['id']} ({machine['gpu']}, driver {machine['driver']}, "
                 f"PCIe {machine['pcie']}, {machine['backend']}). Pass --gpu-compare-any-machine to compare anyway"
             )
-        self.baseline, self.path = baseline, path
+        self.reference, self.path = reference, reference.where
         widths = {"created": 19, "commit": 12, "branch": 40}  # to the second; a short commit
         source = ", ".join(f"{k} {str(baseline[k])[:n]}" for k, n in widths.items() if baseline.get(k))
-        self.chosen = f"{chosen}{'; ' + source if source else ''}"
+        self.chosen = f"{reference.why}{'; ' + source if source else ''}"
 
     def _base(self, nodeid: str) -> dict[str, Any] | None:
-        if self.baseline is None:
+        found = self._entry(nodeid)
+        return None if found is None else found[0]
+
+    def _entry(self, nodeid: str) -> tuple[dict[str, Any], str, int] | None:
+        """The test's baseline entry, where it came from and how many runs it pools."""
+        if self.reference is None:
             return None
-        return next((t for t in self.baseline["tests"] if t.get("nodeid") == nodeid), None)
+        if nodeid not in self._entries:
+            from pytest_gpuprof.output.storage import BaselineError
+
+            try:
+                self._entries[nodeid] = self.reference.entry(nodeid)
+            except BaselineError as e:  # a record the store could not give
+                self._unusable[nodeid] = f"{e}: comparison not made"
+                self._entries[nodeid] = None
+        return self._entries[nodeid]
 
     def compare(self, nodeid: str, test: dict[str, Any]) -> tuple[list[Change], str | None]:
         """This test's changes against its baseline entry, and the failure message when it
         clearly regressed and ``--gpu-compare-fail`` was given."""
-        base = self._base(nodeid)
-        if base is None:
+        found = self._entry(nodeid)
+        if found is None or nodeid in self._unusable:
             return [], None  # no baseline, or a new test: nothing to compare with
+        base, source, pooled = found
         from pytest_gpuprof.output.storage import entry_problem
         from pytest_gpuprof.verdict.compare import clock_note, compare_tests
 
         problem = entry_problem(base)
         if problem is not None:
-            self._unusable[nodeid] = f"{self.path}: {nodeid}: {problem}: comparison not made"
+            self._unusable[nodeid] = f"{source}: {nodeid}: {problem}: comparison not made"
             return [], None
 
         changes = compare_tests(self._thresholds, base, test)
@@ -91,7 +112,8 @@ class Gate:
         if not regressed or not self.settings.compare_fail:
             return changes, None
         note = self._notes[nodeid]
-        lines = [f"GPU regression against baseline {self.path}:", *([f"  note: {note}"] if note else [])]
+        against = f"{source} (pooled over {pooled} runs)" if pooled > 1 else source
+        lines = [f"GPU regression against baseline {against}:", *([f"  note: {note}"] if note else [])]
         from pytest_gpuprof.verdict.compare import kernel_names
 
         names = kernel_names(regressed)
@@ -115,12 +137,12 @@ class Gate:
 
     def lines(self, nodeid: str, changes: list[Change]) -> list[str]:
         """The test's lines of the comparison in the summary."""
-        if self.baseline is None:
+        if self.reference is None:
             return []
-        if self._base(nodeid) is None:
-            return [f"{nodeid}: {NEW}"]
         if nodeid in self._unusable:
             return [f"{nodeid}: not compared: {self._unusable[nodeid]}"]
+        if self._base(nodeid) is None:
+            return [f"{nodeid}: {NEW}"]
         from pytest_gpuprof.verdict.compare import change_lines
 
         return change_lines(nodeid, changes, self._notes.get(nodeid), self.settings.compare_fail or ())
@@ -144,3 +166,14 @@ class Gate:
     def unusable(self, nodeid: str) -> str | None:
         """Why this test's baseline entry could not be compared, naming the file and field."""
         return self._unusable.get(nodeid)
+
+
+def wanted(compare: str) -> tuple[str | None, int]:
+    """``--gpu-compare``'s baseline name (``None``: the latest) and how many runs to pool
+    (``NAME~K``)."""
+    if compare == "latest":
+        return None, 1
+    name, tilde, count = compare.rpartition("~")
+    if tilde and count.isdigit() and name and not compare.endswith(".json"):
+        return (None if name == "latest" else name), int(count)
+    return compare, 1

@@ -102,11 +102,11 @@ TABLE: tuple[Option, ...] = (
     Option("--gpu-report", "write the JSON report (schema 1) here", metavar="PATH"),
     Option("--gpu-trace", "one Chrome-trace/Perfetto JSON per test", metavar="DIR"),
     Option("--gpu-html", "one self-contained HTML report with timelines", metavar="PATH"),
-    Option("--gpu-save", "store this run as a baseline NNNN_NAME", metavar="NAME"),
+    Option("--gpu-save", "store this run as a baseline named NAME", metavar="NAME"),
     Option(
         "--gpu-compare",
-        "compare with this machine's newest baseline (latest), its newest one named NAME, or the file PATH",
-        metavar="latest|NAME|PATH",
+        "compare with this machine's newest baseline (latest), its newest one named NAME, the last K of NAME pooled (NAME~K), or the file PATH",
+        metavar="latest|NAME|NAME~K|PATH",
     ),
     Option(
         "--gpu-compare-fail",
@@ -115,7 +115,18 @@ TABLE: tuple[Option, ...] = (
         repeat=True,
     ),
     Option("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
-    Option("--gpu-storage", "baseline folder", default=".gpuprof", metavar="DIR"),
+    Option(
+        "--gpu-storage",
+        "where baselines are kept: a folder, file://, s3://, gs://, az:// or memory:// (fsspec)",
+        key="storage",
+        default=".gpuprof",
+        metavar="URL",
+    ),
+    Option(
+        "--gpu-run-id",
+        "the run a --gpu-save belongs to; the shards of one run share it (default: the CI's run id)",
+        metavar="ID",
+    ),
     Option("--gpu-no-cupti", "do not use CUPTI; truth falls back to CUDA events", switch=True),
     Option("--gpu-no-nvml", "do not sample NVML", switch=True),
     Option(

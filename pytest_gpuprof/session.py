@@ -406,11 +406,12 @@ class GpuSession:
             compared_with=f"{self.gate.path} ({self.gate.chosen})" if self.gate.path else self.settings.compare,
         )
 
-    def write_outputs(self, partial: str | None, not_a_baseline: str | None = None) -> bool:
-        """The run's files; ``not_a_baseline``: why ``--gpu-save`` must not store it."""
+    def write_outputs(self, partial: str | None, not_a_baseline: str | None = None, part: str | None = None) -> bool:
+        """The run's files; ``not_a_baseline``: why ``--gpu-save`` must not store it;
+        ``part``: why it is one shard of a run."""
         if self.runtime.is_worker:
             return True
-        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial, not_a_baseline)
+        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial, not_a_baseline, part)
 
     def close(self) -> None:
         self.runtime.close()

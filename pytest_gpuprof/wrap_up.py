@@ -156,6 +156,7 @@ class Outputs:
         machine: Callable[[], dict[str, Any]],
         partial: str | None,
         not_a_baseline: str | None = None,
+        part: str | None = None,
     ) -> bool:
         """Every file asked for (``FILES``) and the baseline; ``partial`` says why the run
         ended early, if it did, ``not_a_baseline`` why it may not become a baseline. False
@@ -172,6 +173,8 @@ class Outputs:
         report = build_report(tests, merged, revision(self.config.rootpath))
         if partial:
             report["partial"] = partial
+        if part:
+            report["part"] = part
         if not tests:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
         run = Run(report, tests, merged, views)
@@ -197,14 +200,16 @@ class Outputs:
         if refused:
             self.written.append(f"gpuprof: no baseline saved: {refused}")
             return True
-        from pytest_gpuprof.output.storage import BaselineStore
+        from pytest_gpuprof.output.storage import BaselineError
+        from pytest_gpuprof.output.store import Store
 
         try:
-            saved = BaselineStore(self.settings.storage).save(report, name)
-        except OSError as e:
-            self.written.append(f"gpuprof: could not write the baseline {self.settings.storage}: {e.strerror or e}")
+            saved = Store(self.settings.storage).save(report, name, self.settings.run_id)
+        except BaselineError as e:  # the report itself is written: only the store failed
+            self.written.append(f"gpuprof: could not save the baseline: {e}")
             return False
-        self.written.append(f"gpuprof: baseline saved as {saved}")
+        of = f" ({report['part']})" if report.get("part") else ""
+        self.written.append(f"gpuprof: baseline saved as {saved}{of}")
         return True
 
 

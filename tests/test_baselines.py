@@ -37,14 +37,14 @@ def suite(pytester, monkeypatch):
 def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatch):
     result = suite.runpytest("--gpu-save=main")
     result.assert_outcomes(passed=2)
-    assert len(list(Path(suite.path, ".gpuprof").glob("host-*/0001_main.json"))) == 1
-    result.stdout.fnmatch_lines(["gpuprof: baseline saved as .gpuprof*0001_main.json"])
+    assert len(list(Path(suite.path, ".gpuprof").glob("host-*/main@*.json"))) == 1
+    result.stdout.fnmatch_lines(["gpuprof: baseline saved as .gpuprof/host-*/main@*.json"])
     monkeypatch.setenv("GPUPROF_SLOW", "1")
     result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*GPU regression against baseline *0001_main.json:",
+            "*GPU regression against baseline .gpuprof/host-*/main@*.json:",
             "*wall_ms: baseline * -> * (+*; limit wall_ms:+20%; 5 vs 5 rounds; one-sided Mann-Whitney p=*): regression",
             "*utilization: baseline *% -> *% (-*pt*limit utilization:-5pt*): regression",
         ]
@@ -96,7 +96,7 @@ def test_new_test_is_new_not_a_crash(suite):
 
 def test_another_machines_baseline_is_refused_unless_asked(suite):
     suite.runpytest("--gpu-save=main")
-    (path,) = Path(suite.path, ".gpuprof").glob("host-*/0001_main.json")
+    (path,) = Path(suite.path, ".gpuprof").glob("host-*/main@*.json")
     data = json.loads(path.read_text())
     data["machine"].update(id="cuda-0123456789", gpu="NVIDIA H200", backend="cuda")
     other = Path(suite.path, "h200.json")
@@ -283,12 +283,12 @@ def test_a_run_with_a_collection_error_saves_no_baseline(pytester):
 def test_reports_and_baselines_share_one_file_mode(tmp_path):
     import stat
 
-    from pytest_gpuprof.output import storage
     from pytest_gpuprof.output.files import write_json
+    from pytest_gpuprof.output.store import Store
 
     report = {"schema": 1, "machine": {"id": "host-0123456789"}, "tests": []}
     write_json(tmp_path / "r.json", report)
-    saved = storage.BaselineStore(tmp_path / "store").save(report, "main")
+    saved = Path(Store(tmp_path / "store").save(report, "main"))
     mode = stat.S_IMODE((tmp_path / "r.json").stat().st_mode)
     assert stat.S_IMODE(saved.stat().st_mode) == mode
     assert mode & 0o444 == 0o444 & ~_umask()  # readable as an ordinary file, as the umask allows

@@ -3,6 +3,7 @@ import itertools
 import json
 import math
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.output import storage
+from pytest_gpuprof.output.store import Store
 from pytest_gpuprof.verdict.compare import (
     CompareError,
     assess,
@@ -195,43 +197,42 @@ def test_samples_come_from_rounds_else_the_single_value():
     assert samples_of(test, "kernel_ms") == []
 
 
-def report(machine_id="host-aaa", tests=()):
+def report(machine_id="host-aaa", tests=(), created="x"):
     return {
         "schema": 1,
-        "created": "x",
+        "created": created,
         "machine": {"id": machine_id, "gpu": "g", "backend": "host"},
         "tests": list(tests),
     }
 
 
-def test_concurrent_saves_get_distinct_numbers(tmp_path):
+def test_concurrent_saves_of_one_name_each_land_whole(tmp_path):
     saved = []
 
     def save_some():
         for _ in range(5):
-            saved.append(storage.BaselineStore(tmp_path).save(report(), "main"))
+            saved.append(Path(Store(tmp_path).save(report(tests=[{"nodeid": "t"}]), "main")))
 
     threads = [threading.Thread(target=save_some) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    names = sorted(p.name for p in saved)
-    assert names == [f"{i:04d}_main.json" for i in range(1, 41)]
+    assert len({p.name for p in saved}) == 40 and all(p.name.startswith("main@") for p in saved)
     assert all(json.loads(p.read_text())["schema"] == 1 for p in saved)
     assert not list((tmp_path / "host-aaa").glob(".*"))  # no temporary file left behind
 
 
-def test_find_takes_the_newest_or_the_named(tmp_path):
-    first = storage.BaselineStore(tmp_path).save(report(tests=[{"nodeid": "t"}]), "main")
-    storage.BaselineStore(tmp_path).save(report(tests=[{"nodeid": "t"}]), "pr")
-    assert storage.BaselineStore(tmp_path).find("host-aaa", None).name == "0002_pr.json"
-    assert storage.BaselineStore(tmp_path).find("host-aaa", "main") == first
-    assert storage.BaselineStore(tmp_path).find("host-aaa", str(first)) == first
+def test_a_reference_takes_the_newest_or_the_named(tmp_path):
+    store = Store(tmp_path)
+    store.save(report(tests=[{"nodeid": "t"}], created="2026-01-01T00:00:00+00:00"), "main")
+    store.save(report(tests=[{"nodeid": "t"}], created="2026-01-02T00:00:00+00:00"), "pr")
+    assert store.reference("host-aaa", None).first["name"] == "pr"
+    assert store.reference("host-aaa", "main").first["name"] == "main"
     with pytest.raises(storage.BaselineError, match="no baseline named 'x' for machine host-aaa"):
-        storage.BaselineStore(tmp_path).find("host-aaa", "x")
+        store.reference("host-aaa", "x")
     with pytest.raises(storage.BaselineError, match="baselines exist for machine ids host-aaa"):
-        storage.BaselineStore(tmp_path).find("cuda-bbb", None)
+        store.reference("cuda-bbb", None)
 
 
 @pytest.mark.parametrize(

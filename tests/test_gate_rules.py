@@ -85,7 +85,7 @@ def test_collect_only_deselected_and_failed_runs_never_become_the_baseline(pytes
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["*test_loop: *regression*", "*no baseline saved: had failed tests*"])
         result.stdout.fnmatch_lines(
-            ["compared with baseline *0001_main.json (the newest accepted baseline named 'main'*"]
+            ["compared with baseline .gpuprof/*/main@*.json (the newest accepted baseline named 'main'*"]
         )
     assert len(list(pytester.path.joinpath(".gpuprof").glob("*/*.json"))) == 1
 

@@ -57,8 +57,8 @@ def test_every_default_comes_from_the_table():
     assert s.nvml_interval_ms == DEFAULT["--gpu-nvml-interval"]
     assert str(s.storage) == DEFAULT["--gpu-storage"]
     assert s.summary_rows == int(DEFAULT["--gpu-summary"])
-    # the file keys accept exactly the table's keys with choices or a range
-    assert set(config._CHOICES) | set(config._FILE_KEYS) == {o.key for o in TABLE if o.key}
+    # the file keys accept exactly the table's keys: with choices, a range, or text
+    assert set(config._CHOICES) | set(config._FILE_KEYS) | set(config._TEXT_KEYS) == {o.key for o in TABLE if o.key}
 
 
 def test_each_default_is_written_once_in_the_package():

@@ -10,11 +10,11 @@ import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.output import storage
+from pytest_gpuprof.output import store as storage_store
 from pytest_gpuprof.verdict.compare import samples_of
 
 DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -24,7 +24,7 @@ DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
 class Run:
     """One stored baseline's figures of one test and metric."""
 
-    name: str  # NNNN_NAME
+    name: str  # NNNN_NAME: its place in the machine's history, and its name
     created: str
     commit: str
     samples: tuple[float, ...]
@@ -44,22 +44,34 @@ class Series:
     changes: tuple[ChangePoint, ...]
 
 
-def history(folder: Path, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS) -> list[Series]:
-    """Every test matching ``pattern``, each metric, over the machine's baselines in order."""
-    reports = [
-        (path.stem, storage.load(path, strict=True)) for path in storage.BaselineStore(folder).baselines(machine)
-    ]
-    tests = sorted({t["nodeid"] for _, r in reports for t in r["tests"] if fnmatch.fnmatchcase(t["nodeid"], pattern)})
+def history(
+    store: storage_store.Store, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS
+) -> list[Series]:
+    """Every test matching ``pattern``, each metric, over the machine's baselines in order
+    (their ``created``). The default metrics come from the store's summaries; any other
+    metric reads the records."""
+    summaries = store.summaries(machine)
+    for s in summaries:
+        for nodeid, problem in s.problems.items():
+            if fnmatch.fnmatchcase(nodeid, pattern):
+                raise storage.BaselineError(f"{store.where(s.key)}: test {nodeid}: {problem}")
+    full = not set(metrics) <= set(storage_store.SUMMARY_METRICS)
+    records = {s.key: store.read(s.key) for s in summaries} if full else {}
+    tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)})
     out = []
     for nodeid in tests:
         for metric in metrics:
             runs = []
-            for name, report in reports:
-                test = next((t for t in report["tests"] if t["nodeid"] == nodeid), None)
-                samples = samples_of(test, metric) if test is not None else []
+            for number, s in enumerate(summaries, 1):
+                if nodeid not in s.tests:
+                    continue
+                if full:
+                    test = next(t for t in records[s.key]["tests"] if t["nodeid"] == nodeid)
+                    samples = samples_of(test, metric)
+                else:
+                    samples = s.tests[nodeid].get(metric, [])
                 if samples:
-                    commit = str(report.get("commit", ""))[:10]
-                    runs.append(Run(name, str(report.get("created", "")), commit, tuple(samples)))
+                    runs.append(Run(f"{number:04d}_{s.name}", s.created, s.commit[:10], tuple(samples)))
             if runs:
                 points = change_points([r.median for r in runs])
                 out.append(Series(nodeid, metric, tuple(runs), tuple(points)))

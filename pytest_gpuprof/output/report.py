@@ -174,7 +174,7 @@ def build_report(
     """A report: when, on what, from which commit and branch (``source``), and the tests."""
     return {
         "schema": SCHEMA,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
         **(source or {}),
         "machine": machine,
         "tests": tests,

@@ -1,25 +1,17 @@
-"""Baselines on disk: ``<storage>/<machine-id>/NNNN_NAME.json``, written atomically.
-
-Two processes saving at once each get their own number: a file is written under a
-temporary name and then hard-linked to its final name, which fails rather than
-overwrites when the name is taken.
-"""
+"""What makes a report usable as a baseline: its name, its checks when read, whether it
+was an accepted run. Where baselines are kept is ``output.store``."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.output.files import json_text, written
 from pytest_gpuprof.output.report import SCHEMA
-
-_NUMBERED = re.compile(r"^(\d{4})_(.+)\.json$")
 
 
 class BaselineError(ValueError):
@@ -32,7 +24,7 @@ def check_name(name: str) -> None:
     if name.endswith(".json"):
         raise BaselineError(
             f"--gpu-save={name!r}: give the baseline a name, not a file name: --gpu-save={name[:-5] or 'main'} "
-            f"is stored as NNNN_{name[:-5] or 'main'}.json, and --gpu-compare reads a value ending in .json as a path"
+            f"is stored as {name[:-5] or 'main'}@TIME@RUN@ID.json, and --gpu-compare reads a value ending in .json as a path"
         )
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name) or name in (".", "..") or name == "latest":
         raise BaselineError(
@@ -41,82 +33,12 @@ def check_name(name: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class BaselineStore:
-    """The baselines under one folder (``--gpu-storage``): saved, listed, found, read."""
-
-    folder: Path
-
-    def save(self, report: dict[str, Any], name: str) -> Path:
-        """``report`` as this machine's next baseline ``NNNN_NAME.json``."""
-        check_name(name)
-        folder = self.folder / report["machine"]["id"]
-        with written(folder, json_text(report)) as tmp:
-            for _ in range(1000):
-                target = folder / f"{_next_number(folder):04d}_{name}.json"
-                try:
-                    os.link(tmp, target)
-                except FileExistsError:
-                    continue  # another process took this number between our look and our link
-                return target
-        raise BaselineError(f"{folder}: could not find a free baseline number")
-
-    def machines(self) -> list[str]:
-        return sorted(p.name for p in self.folder.iterdir() if p.is_dir()) if self.folder.is_dir() else []
-
-    def machine(self, wanted: str | None) -> str:
-        """The machine id whose baselines to read: ``wanted``, or the only one stored."""
-        if not self.folder.is_dir():
-            raise BaselineError(f"--storage {self.folder}: no such folder (baselines are saved with --gpu-save)")
-        machines = self.machines()
-        if wanted is not None:
-            if wanted not in machines:
-                raise BaselineError(
-                    f"no baselines of machine {wanted} under {self.folder}; stored: {machines or 'none'}"
-                )
-            return wanted
-        if len(machines) != 1:
-            what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
-            raise BaselineError(f"{self.folder} holds {what}: name one with --machine")
-        return machines[0]
-
-    def baselines(self, machine_id: str) -> list[Path]:
-        """The machine's baselines, oldest first."""
-        folder = self.folder / machine_id
-        if not folder.is_dir():
-            return []
-        return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
-
-    def find(self, machine_id: str, wanted: str | None) -> Path:
-        """The newest accepted baseline of this machine, the newest one named ``wanted``, or the file ``wanted``."""
-        return self.choose(machine_id, wanted)[0]
-
-    def choose(self, machine_id: str, wanted: str | None) -> tuple[Path, str]:
-        """``find``'s baseline and why it was chosen, for the compare line. A stored run that
-        is not a complete, accepted one (an older version saved runs that ended early or
-        measured nothing) is passed over, and the line says so."""
-        if wanted and (wanted.endswith(".json") or os.sep in wanted):
-            if not Path(wanted).is_file():
-                raise BaselineError(f"{wanted}: no such report file")
-            return Path(wanted), "the file given"
-        candidates = self.baselines(machine_id)
-        if wanted:
-            candidates = [p for p in candidates if _NUMBERED.match(p.name)[2] == wanted or p.stem == wanted]  # type: ignore[index]
-        what = f"named {wanted!r} " if wanted else ""
-        if not candidates:
-            others = sorted(p.name for p in self.folder.iterdir()) if self.folder.is_dir() else []
-            hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
-            raise BaselineError(f"no baseline {what}for machine {machine_id} under {self.folder}{hint}")
-        passed_over: list[str] = []
-        for path in reversed(candidates):
-            why = not_accepted(load(path))
-            if why is None:
-                note = f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}" if passed_over else ""
-                return path, f"the newest accepted baseline {what}of machine {machine_id}{note}"
-            passed_over.append(f"{path.name} ({why})")
-        raise BaselineError(
-            f"no accepted baseline {what}for machine {machine_id} under {self.folder}: {'; '.join(passed_over)}"
-        )
+def shown(url: str) -> str:
+    """``url`` without the credentials a user may have put in it."""
+    parts = urlsplit(url)
+    if parts.scheme and "@" in parts.netloc:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
 
 
 def not_accepted(report: dict[str, Any]) -> str | None:
@@ -129,19 +51,28 @@ def not_accepted(report: dict[str, Any]) -> str | None:
     return None
 
 
-def _next_number(folder: Path) -> int:
-    numbers = [int(m[1]) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))]
-    return max(numbers, default=0) + 1
+def load(path: Path | str, strict: bool = False) -> dict[str, Any]:
+    """A report from disk or a store's URL, checked enough that comparing it cannot crash;
+    ``strict``: every test's figures checked too (``entry_problem``), for a reader that
+    shows them all (a comparison instead leaves an unusable test out, naming it)."""
+    if "://" in str(path):
+        try:
+            import fsspec
 
-
-def load(path: Path, strict: bool = False) -> dict[str, Any]:
-    """A report from disk, checked enough that comparing it cannot crash; ``strict``: every
-    test's figures checked too (``entry_problem``), for a reader that shows them all (a
-    comparison instead leaves an unusable test out, naming it)."""
+            with fsspec.open(str(path), "rb") as f:
+                text = f.read().decode("utf-8", errors="replace")
+        except Exception as e:  # the storage library's own errors
+            raise BaselineError(f"{shown(str(path))}: cannot read: {type(e).__name__}: {e}") from None
+        return parse(text, shown(str(path)), strict)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise BaselineError(f"{path}: cannot read: {e.strerror}") from None
+    return parse(text, str(path), strict)
+
+
+def parse(text: str, path: str, strict: bool = False) -> dict[str, Any]:
+    """A report's text (``path`` names it in the errors), checked as ``load`` says."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -1,0 +1,431 @@
+"""The baseline store: one folder or bucket that every runner saves to and compares with
+(``--gpu-storage=URL``, through fsspec: a folder, ``file://``, ``s3://``, ``gs://``,
+``az://``, ``memory://``).
+
+Under the store's root, a prefix per machine id::
+
+    <machine-id>/<NAME>@<created>@<run-id>@<random>.json   a saved run, or one shard of it
+    <machine-id>/_index/<created>@<random>.json            packs of summaries (read first)
+    <machine-id>/NNNN_NAME.json                             saved by earlier versions, still read
+
+A save is one new object whose key no other writer can take (its time, run id and a
+random suffix), written whole or not at all; nothing is read, modified and written back.
+Order is the records' own ``created``. A pack holds the summaries (name, time, commit,
+run id, whether accepted, and each test's samples of the default metrics) of records
+already read, so listing and reading cost grows with one machine's baselines and mostly
+with the records saved since the last pack, not the whole store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuprof.output.files import json_text, written
+from pytest_gpuprof.output.storage import BaselineError, check_name, entry_problem, not_accepted, parse, shown
+
+if TYPE_CHECKING:
+    pass
+
+# the default metrics of ``gpuprof history``, kept in each summary
+SUMMARY_METRICS = ("wall_ms", "kernel_ms", "utilization")
+# loose records (saved since the last pack) beyond which a reader writes a new pack
+PACK_AT = 64
+INDEX = "_index"
+# the scheme's fsspec library and the extra that installs it
+_EXTRAS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "az": ("adlfs", "azure")}
+_EXTRAS |= {"abfs": _EXTRAS["az"], "abfss": _EXTRAS["az"]}
+_RECORD = re.compile(
+    r"^(?P<name>[A-Za-z0-9_.\-]+)@(?P<stamp>\d{8}T\d{6}\.\d{6}Z)@(?P<run>[A-Za-z0-9_.\-]+)@[0-9a-f]+\.json$"
+)
+_LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
+
+
+class StoreError(BaselineError):
+    """A store that cannot be reached, read or written: the URL (credentials left out) and what failed."""
+
+
+def is_url(value: str) -> bool:
+    return "://" in value
+
+
+def check_url(url: str) -> None:
+    """A store URL this machine can open: its scheme known to fsspec and its library installed."""
+    if not is_url(url):
+        return
+    scheme = url.split("://", 1)[0]
+    import fsspec
+
+    if scheme not in fsspec.available_protocols():
+        raise StoreError(
+            f"{shown(url)}: no storage scheme {scheme!r}; use a folder, file://, s3://, gs://, az:// or memory://"
+        )
+    if scheme in _EXTRAS:
+        module, extra = _EXTRAS[scheme]
+        try:
+            __import__(module)
+        except ImportError:
+            raise StoreError(
+                f"{shown(url)}: {scheme}:// needs {module}: pip install 'pytest-gpuprof[{extra}]'"
+            ) from None
+
+
+def run_id_from_environment(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """The CI's id of this workflow run, shared by its shards (matrix jobs); ``None`` outside CI."""
+    if env.get("GITHUB_RUN_ID"):
+        return f"gh{env['GITHUB_RUN_ID']}-{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+    for var, prefix in (
+        ("CI_PIPELINE_ID", "gl"),
+        ("BUILDKITE_BUILD_ID", "bk"),
+        ("CIRCLE_WORKFLOW_ID", "cc"),
+        ("BUILD_BUILDID", "az"),
+    ):
+        if env.get(var):
+            return f"{prefix}{env[var]}"
+    return None
+
+
+def check_run_id(run_id: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,80}", run_id):
+        raise BaselineError(f"--gpu-run-id={run_id!r}: a run id is 1 to 80 letters, digits, '.', '_' or '-'")
+    return run_id
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What the store's readers need of one record without reading it whole."""
+
+    key: str  # below the root: <machine>/<file>
+    name: str
+    created: str
+    run_id: str
+    commit: str = ""
+    branch: str = ""
+    refused: str | None = None  # why no comparison may pick it (``not_accepted``)
+    tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # nodeid: metric: samples
+    problems: dict[str, str] = field(default_factory=dict)  # nodeid: why its entry is unusable
+
+    def order(self) -> tuple[str, str]:
+        return (self.created, self.key)
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    @classmethod
+    def of(cls, key: str, record: dict[str, Any]) -> Summary:
+        from pytest_gpuprof.verdict.compare import samples_of
+
+        file = key.rsplit("/", 1)[-1]
+        match = _RECORD.match(file) or _LEGACY.match(file)
+        name = match["name"] if match and "name" in match.groupdict() else (match[2] if match else file)
+        tests: dict[str, dict[str, list[float]]] = {}
+        problems = {}
+        for t in record["tests"]:
+            problem = entry_problem(t) if "crashed" not in t else None
+            if problem is not None:
+                problems[t["nodeid"]] = problem
+            tests[t["nodeid"]] = {} if problem else {m: v for m in SUMMARY_METRICS if (v := samples_of(t, m))}
+        return cls(
+            key=key,
+            name=name,
+            created=str(record.get("created", "")),
+            run_id=str(record.get("run_id", "")),
+            commit=str(record.get("commit", "")),
+            branch=str(record.get("branch", "")),
+            refused=not_accepted(record),
+            tests=tests,
+            problems=problems,
+        )
+
+
+class Store:
+    """The baselines at one URL: saved, listed, summarised, read, pruned."""
+
+    def __init__(self, url: str | Path) -> None:
+        self.url = str(url)
+        check_url(self.url)
+        import fsspec
+
+        with self._failing("open"):
+            self.fs, root = fsspec.core.url_to_fs(self.url)
+        self.root = root.rstrip("/")
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+
+    # --- where things are
+
+    def where(self, key: str) -> str:
+        """A record's location as the user named the store (a path, or a URL without credentials)."""
+        return f"{shown(self.url).rstrip('/')}/{key}"
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    @contextlib.contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        """Any failure of the storage library as one line naming the store and what failed."""
+        try:
+            yield
+        except BaselineError:
+            raise
+        except FileNotFoundError as e:
+            raise StoreError(f"{shown(self.url)}: {what}: not found ({_reason(e)})") from None
+        except PermissionError as e:
+            raise StoreError(f"{shown(self.url)}: {what}: access denied ({_reason(e)})") from None
+        except Exception as e:  # the libraries' own errors (botocore, aiohttp, gcsfs ...)
+            raise StoreError(f"{shown(self.url)}: {what}: {type(e).__name__}: {_reason(e)}") from None
+
+    # --- writing
+
+    def save(self, report: dict[str, Any], name: str, run_id: str | None = None) -> str:
+        """``report`` as one new record named ``name``; its location."""
+        check_name(name)
+        run = run_id or secrets.token_hex(6)
+        created = report.get("created") or dt.datetime.now(dt.timezone.utc).isoformat()
+        record = {**report, "name": name, "run_id": run}
+        key = f"{report['machine']['id']}/{name}@{_stamp(created)}@{run}@{secrets.token_hex(4)}.json"
+        self._put(key, json_text(record))
+        return self.where(key)
+
+    def _put(self, key: str, text: str) -> None:
+        """One object, whole or not at all: a local file by rename, an object store's PUT."""
+        with self._failing(f"write {key}"):
+            if self.local:
+                target = Path(self._path(key))
+                with written(target.parent, text) as tmp:
+                    os.replace(tmp, target)
+            else:
+                self.fs.pipe_file(self._path(key), text.encode())
+
+    # --- reading
+
+    def machines(self) -> list[str]:
+        with self._failing("list"):
+            if not self.fs.isdir(self.root):
+                return []
+            entries = self.fs.ls(self.root, detail=True)
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
+
+    def machine(self, wanted: str | None) -> str:
+        """The machine id whose baselines to read: ``wanted``, or the only one stored."""
+        if self.local and not self.fs.isdir(self.root):
+            raise BaselineError(f"--storage {self.url}: no such folder (baselines are saved with --gpu-save)")
+        machines = self.machines()
+        if wanted is not None:
+            if wanted not in machines:
+                raise BaselineError(
+                    f"no baselines of machine {wanted} under {shown(self.url)}; stored: {machines or 'none'}"
+                )
+            return wanted
+        if len(machines) != 1:
+            what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
+            raise BaselineError(f"{shown(self.url)} holds {what}: name one with --machine")
+        return machines[0]
+
+    def _listing(self, machine: str) -> list[str]:
+        """The keys below one machine's prefix (records, legacy files and packs)."""
+        prefix = self._path(machine)
+        with self._failing(f"list {machine}/"):
+            if not self.fs.isdir(prefix):
+                return []
+            found = self.fs.find(prefix)
+        return sorted(f"{machine}/{p[len(prefix) + 1 :]}" for p in found if p.endswith(".json"))
+
+    def read(self, key: str) -> dict[str, Any]:
+        """One record, checked (``storage.parse``)."""
+        with self._failing(f"read {key}"):
+            text = self.fs.cat_file(self._path(key)).decode("utf-8", errors="replace")
+        return parse(text, self.where(key))
+
+    def _read_many(self, keys: list[str]) -> dict[str, str]:
+        """Many objects at once (concurrently where the library can)."""
+        if not keys:
+            return {}
+        with self._failing(f"read {len(keys)} record(s)"):
+            got = self.fs.cat([self._path(k) for k in keys], on_error="return")
+        out = {}
+        for key in keys:
+            value = got.get(self._path(key))
+            if isinstance(value, BaseException):
+                raise StoreError(f"{self.where(key)}: cannot read: {_reason(value)}")
+            out[key] = value.decode("utf-8", errors="replace")
+        return out
+
+    def summaries(self, machine: str) -> list[Summary]:
+        """Every record of ``machine``, oldest first: from the packs, and the records saved
+        since read (and then packed, where there are many of them and the store is writable)."""
+        keys = self._listing(machine)
+        packs = [k for k in keys if k.startswith(f"{machine}/{INDEX}/")]
+        records = {k for k in keys if k not in packs and _is_record(k)}
+        known: dict[str, Summary] = {}
+        for text in self._read_many(packs).values():
+            try:
+                for entry in json.loads(text)["summaries"]:
+                    known[entry["key"]] = Summary(**entry)
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn or foreign pack is only a cache: its records are read again
+        known = {k: s for k, s in known.items() if k in records}  # pruned ones dropped
+        loose = sorted(records - set(known))
+        for key, text in self._read_many(loose).items():
+            known[key] = Summary.of(key, parse(text, self.where(key)))
+        if len(loose) >= PACK_AT:
+            self._pack(machine, known.values(), packs)
+        return sorted(known.values(), key=Summary.order)
+
+    def _pack(self, machine: str, summaries: Iterable[Summary], old: list[str]) -> None:
+        """One new pack of ``summaries``; the packs it covers removed. A store this runner
+        may only read keeps its records loose: the pack is a cache, never needed."""
+        stamp = _stamp(dt.datetime.now(dt.timezone.utc).isoformat())
+        text = json.dumps({"kind": "gpuprof-index", "summaries": [s.as_json() for s in summaries]})
+        try:
+            self._put(f"{machine}/{INDEX}/{stamp}@{secrets.token_hex(4)}.json", text)
+            for key in old:
+                with contextlib.suppress(Exception):
+                    self.fs.rm_file(self._path(key))
+        except StoreError:
+            return
+
+    # --- choosing a baseline
+
+    def reference(self, machine: str, wanted: str | None, pooled: int = 1) -> Reference:
+        """What a comparison reads: each test's newest accepted record (of ``wanted``'s name,
+        where given) that holds it, or its ``pooled`` newest ones."""
+        everything = self.summaries(machine)
+        what = f"named {wanted!r} " if wanted else ""
+        candidates = [s for s in everything if wanted is None or s.name == wanted]
+        if not candidates:
+            others = self.machines()
+            hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
+            raise BaselineError(f"no baseline {what}for machine {machine} under {shown(self.url)}{hint}")
+        passed_over: list[str] = []
+        accepted = []
+        for s in reversed(candidates):
+            if s.refused is None:
+                accepted.append(s)
+            elif not accepted:
+                passed_over.append(f"{s.key.rsplit('/', 1)[-1]} ({s.refused})")
+        if not accepted:
+            raise BaselineError(
+                f"no accepted baseline {what}for machine {machine} under {shown(self.url)}: {'; '.join(passed_over)}"
+            )
+        newest = accepted[0]
+        parts = [s for s in accepted if newest.run_id and s.run_id == newest.run_id]
+        why = f"the newest accepted baseline {what}of machine {machine}"
+        if len(parts) > 1:
+            why += f" (run {newest.run_id}, {len(parts)} parts)"
+        if pooled > 1:
+            why += f", each test pooled over its {pooled} newest accepted baselines"
+        if passed_over:
+            why += f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}"
+        return Reference(self, tuple(accepted), pooled, self.where(newest.key), why, newest)
+
+    def prune(self, machine: str, keep: int, name: str | None = None) -> list[str]:
+        """Remove each name's records beyond its ``keep`` newest runs (a run's shards are one
+        run); the keys removed. The summaries of what remains are packed again first, so
+        no pack names a removed record."""
+        summaries = self.summaries(machine)
+        removed = []
+        for each in sorted({s.name for s in summaries if name is None or s.name == name}):
+            runs: dict[str, list[Summary]] = {}
+            for s in reversed([s for s in summaries if s.name == each]):  # newest first
+                runs.setdefault(s.run_id or s.key, []).append(s)
+            removed += [s.key for old in list(runs.values())[keep:] for s in old]
+        if not removed:
+            return []
+        kept = [s for s in summaries if s.key not in set(removed)]
+        packs = [k for k in self._listing(machine) if k.startswith(f"{machine}/{INDEX}/")]
+        self._pack(machine, kept, packs)
+        with self._failing(f"remove {len(removed)} record(s)"):
+            self.fs.rm([self._path(k) for k in removed])
+        return removed
+
+
+@dataclass
+class Reference:
+    """Each test's baseline entry: from the newest accepted record that holds it (a shard
+    that lacks a test leaves it to the record that has it), pooled over ``pooled`` of them."""
+
+    store: Store | None
+    accepted: tuple[Summary, ...]  # newest first
+    pooled: int
+    where: str  # the newest record's location: the compare line names it
+    why: str
+    newest: Summary | None
+    _records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of_report(cls, report: dict[str, Any], where: str) -> Reference:
+        """A single report given by its path: every test from it."""
+        ref = cls(None, (), 1, where, "the file given", None)
+        ref._records[where] = report
+        return ref
+
+    @property
+    def first(self) -> dict[str, Any]:
+        """The newest record (whose machine a comparison checks)."""
+        if self.store is None:
+            return self._records[self.where]
+        assert self.newest is not None
+        return self._record(self.newest.key)
+
+    def _record(self, key: str) -> dict[str, Any]:
+        if key not in self._records:
+            assert self.store is not None
+            self._records[key] = self.store.read(key)
+        return self._records[key]
+
+    def entry(self, nodeid: str) -> tuple[dict[str, Any], str, int] | None:
+        """The test's entry, where it came from, and how many baselines it pools; ``None``
+        for a test no accepted baseline holds."""
+        if self.store is None:
+            test = _test(self._records[self.where], nodeid)
+            return None if test is None else (test, self.where, 1)
+        holding = [s for s in self.accepted if nodeid in s.tests][: self.pooled]
+        if not holding:
+            return None
+        entries = [e for s in holding if (e := _test(self._record(s.key), nodeid)) is not None]
+        if not entries:
+            return None
+        source = self.store.where(holding[0].key)
+        return (entries[0] if len(entries) == 1 else pool(entries)), source, len(entries)
+
+
+def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One baseline entry of several runs of a test: the newest's figures, every round's
+    samples of all of them."""
+    rounds: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        for path, summary in (entry.get("rounds") or {}).items():
+            if isinstance(summary, dict) and isinstance(summary.get("samples"), list):
+                rounds.setdefault(path, {"samples": []})["samples"].extend(summary["samples"])
+    return {**entries[0], "rounds": rounds, "pooled": len(entries)}
+
+
+def _test(report: dict[str, Any], nodeid: str) -> dict[str, Any] | None:
+    return next((t for t in report["tests"] if t.get("nodeid") == nodeid), None)
+
+
+def _is_record(key: str) -> bool:
+    file = key.rsplit("/", 1)[-1]
+    return key.count("/") == 1 and bool(_RECORD.match(file) or _LEGACY.match(file))
+
+
+def _stamp(created: str) -> str:
+    """A record's ``created`` as part of its key: sortable, UTC, to the microsecond."""
+    try:
+        when = dt.datetime.fromisoformat(created).astimezone(dt.timezone.utc)
+    except ValueError:
+        when = dt.datetime.now(dt.timezone.utc)
+    return when.strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _reason(e: BaseException) -> str:
+    text = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return " ".join(str(text).split())[:300]
