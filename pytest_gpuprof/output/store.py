@@ -46,6 +46,16 @@ _EXTRAS |= {"abfs": _EXTRAS["az"], "abfss": _EXTRAS["az"]}
 _RECORD = re.compile(
     r"^(?P<name>[A-Za-z0-9_.\-]+)@(?P<stamp>\d{8}T\d{6}\.\d{6}Z)@(?P<run>[A-Za-z0-9_.\-]+)@[0-9a-f]+\.json$"
 )
+# a new client each time, from the environment as it is now (fsspec's instance cache would
+# keep the endpoint and credentials of the first); an unreachable endpoint fails in seconds
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "skip_instance_cache": True,
+        "config_kwargs": {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}},
+    },
+    "gs": {"skip_instance_cache": True},
+    "az": {"skip_instance_cache": True},
+}
 _LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
 
 
@@ -154,8 +164,9 @@ class Store:
         check_url(self.url)
         import fsspec
 
+        scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
         with self._failing("open"):
-            self.fs, root = fsspec.core.url_to_fs(self.url)
+            self.fs, root = fsspec.core.url_to_fs(self.url, **_OPTIONS.get(scheme, {}))
         self.root = root.rstrip("/")
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
 
@@ -206,12 +217,20 @@ class Store:
 
     # --- reading
 
+    def _find(self, prefix: str, maxdepth: int | None = None) -> list[str]:
+        """The objects below ``prefix``. A folder that is not there holds none; an object
+        store's listing is asked as it is, so that a missing bucket or an endpoint that does
+        not answer is an error, not an empty store."""
+        self.fs.invalidate_cache()  # another runner may have saved since
+        if self.local and not self.fs.isdir(prefix):
+            return []
+        return [str(p) for p in self.fs.find(prefix, maxdepth=maxdepth)]
+
     def machines(self) -> list[str]:
         with self._failing("list"):
-            if not self.fs.isdir(self.root):
-                return []
-            entries = self.fs.ls(self.root, detail=True)
-        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
+            found = self._find(self.root, maxdepth=2)
+        parts = (p[len(self.root) + 1 :].split("/") for p in found)
+        return sorted({p[0] for p in parts if len(p) == 2})
 
     def machine(self, wanted: str | None) -> str:
         """The machine id whose baselines to read: ``wanted``, or the only one stored."""
@@ -233,9 +252,7 @@ class Store:
         """The keys below one machine's prefix (records, legacy files and packs)."""
         prefix = self._path(machine)
         with self._failing(f"list {machine}/"):
-            if not self.fs.isdir(prefix):
-                return []
-            found = self.fs.find(prefix)
+            found = self._find(prefix)
         return sorted(f"{machine}/{p[len(prefix) + 1 :]}" for p in found if p.endswith(".json"))
 
     def read(self, key: str) -> dict[str, Any]:

@@ -1,0 +1,364 @@
+"""The baseline store at a URL: save, compare, shards, pooling, history, prune and export
+against ``memory://``, ``file://`` and a real S3 endpoint (moto's server, started here),
+as a runner would use them; concurrent writers; and the faults of a remote store."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof import cli
+from pytest_gpuprof.output import store as store_module
+from pytest_gpuprof.output.storage import BaselineError, shown
+from pytest_gpuprof.output.store import INDEX, PACK_AT, Store
+
+moto_server = pytest.importorskip("moto.server", reason="the test extra installs moto[server]")
+pytest.importorskip("s3fs", reason="the test extra installs s3fs")
+
+SUITE = """
+import os
+
+def run(gpuprof, gpu_workload, ms):
+    return gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=1)
+
+def test_alpha(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 5)
+
+def test_omega(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 7 if os.environ.get("GPUPROF_SLOW") else 5)
+"""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3-compatible server on a free port, for the whole session (one per xdist worker)."""
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def _s3_env(monkeypatch, endpoint, key="testing"):
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+
+
+def _bucket(endpoint):
+    import boto3
+
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)  # credentials from the environment
+    return name
+
+
+@pytest.fixture(params=["memory", "file", "s3"])
+def url(request, tmp_path, monkeypatch):
+    """A fresh, empty store of each kind."""
+    if request.param == "memory":
+        return f"memory://gpuprof-{uuid.uuid4().hex[:12]}/baselines"
+    if request.param == "file":
+        return f"file://{tmp_path / 'store'}"
+    endpoint = request.getfixturevalue("s3_endpoint")
+    _s3_env(monkeypatch, endpoint)
+    return f"s3://{_bucket(endpoint)}/ci/repo"
+
+
+def _report(created, tests=("t",), machine="host-aaa", samples=(5.0, 5.0, 5.0), **extra):
+    return {
+        "schema": 1,
+        "created": created,
+        "machine": {"id": machine, "gpu": "g", "backend": "host"},
+        "tests": [
+            {"nodeid": t, "metrics": {"wall_ms": samples[0]}, "rounds": {"wall_ms": {"samples": list(samples)}}}
+            for t in tests
+        ],
+        **extra,
+    }
+
+
+def _at(second):
+    return f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}+00:00"
+
+
+# --- through pytest, as a runner uses it
+
+
+def test_a_save_and_a_compare_through_the_store_gate_a_slower_test(pytester, url, monkeypatch):
+    monkeypatch.delenv("GPUPROF_SLOW", raising=False)
+    pytester.makepyfile(SUITE)
+    saved = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main")
+    saved.assert_outcomes(passed=2)
+    saved.stdout.fnmatch_lines([f"gpuprof: baseline saved as {shown(url)}/host-*/main@*.json"])
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = pytester.runpytest(f"--gpu-storage={url}", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+10%")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"*GPU regression against baseline {shown(url)}/host-*/main@*.json:*"])
+    assert "new (not in the baseline)" not in result.stdout.str()
+
+
+def test_shards_of_one_run_gate_every_test_of_a_sharded_pull_request(pytester, url, monkeypatch):
+    """Two shards of main save their parts under one run id; two shards of a pull request
+    compare with it: each test finds the part that holds it, none reads as new."""
+    monkeypatch.delenv("GPUPROF_SLOW", raising=False)
+    pytester.makepyfile(SUITE)
+    for shard in ("alpha", "omega"):
+        r = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main", "--gpu-run-id=main-1", "-k", shard)
+        r.assert_outcomes(passed=1)
+        r.stdout.fnmatch_lines(
+            ["gpuprof: baseline saved as *main@*@main-1@*.json (deselected 1 test(s)*a part of run main-1)"]
+        )
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    outcomes = {}
+    for shard in ("alpha", "omega"):
+        r = pytester.runpytest(
+            f"--gpu-storage={url}", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+10%", "-k", shard
+        )
+        assert "new (not in the baseline)" not in r.stdout.str()
+        r.stdout.fnmatch_lines(["*(run main-1, 2 parts)*"])
+        outcomes[shard] = r.parseoutcomes()
+    assert outcomes == {"alpha": {"passed": 1, "deselected": 1}, "omega": {"failed": 1, "deselected": 1}}
+
+
+def test_a_narrowed_run_without_a_run_id_is_still_no_baseline(pytester, url):
+    pytester.makepyfile(SUITE)
+    r = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main", "-k", "alpha")
+    r.stdout.fnmatch_lines(["gpuprof: no baseline saved: deselected 1 test(s)*--gpu-run-id"])
+    assert Store(url).machines() == []
+
+
+def test_an_xdist_run_saves_one_complete_baseline(pytester, url):
+    pytester.makepyfile(SUITE)
+    pytester.runpytest("-n", "4", f"--gpu-storage={url}", "--gpu-save=main").assert_outcomes(passed=2)
+    store = Store(url)
+    (machine,) = store.machines()
+    (summary,) = store.summaries(machine)
+    assert sorted(summary.tests) == [
+        "test_an_xdist_run_saves_one_complete_baseline.py::test_alpha",
+        "test_an_xdist_run_saves_one_complete_baseline.py::test_omega",
+    ]
+    assert summary.refused is None
+
+
+# --- the store itself
+
+
+def test_a_compare_pools_the_last_k_accepted_baselines(url):
+    store = Store(url)
+    for i, v in enumerate((4.0, 5.0, 6.0)):
+        store.save(_report(_at(i), samples=(v, v, v)), "main")
+    store.save(_report(_at(9), partial="was interrupted"), "main")  # not accepted: passed over
+    ref = store.reference("host-aaa", "main", pooled=2)
+    entry, _, pooled = ref.entry("t")
+    assert pooled == 2 and sorted(entry["rounds"]["wall_ms"]["samples"]) == [5.0] * 3 + [6.0] * 3
+    assert "pooled over its 2 newest" in ref.why and "passed over 1 newer" in ref.why
+    assert ref.entry("not-stored") is None
+
+
+def test_order_comes_from_created_not_from_the_order_of_saving(url):
+    store = Store(url)
+    store.save(_report(_at(30), samples=(1.0, 1.0, 1.0)), "main")
+    store.save(_report(_at(10), samples=(2.0, 2.0, 2.0)), "main")  # saved later, created earlier
+    assert store.reference("host-aaa", "main").entry("t")[0]["metrics"]["wall_ms"] == 1.0
+
+
+def test_history_prune_and_export_read_the_same_store(url, capsys, tmp_path):
+    store = Store(url)
+    for i in range(4):
+        store.save(_report(_at(i), samples=(float(i + 1),) * 3), "main", run_id=f"r{i}")
+    store.save(_report(_at(5), tests=("u",)), "main", run_id="r3")  # a second part of run r3
+    assert cli.main(["history", "--storage", url, "--metric", "wall_ms"]) == 0
+    out = capsys.readouterr().out
+    assert "t  wall_ms  (4 runs" in out and "u  wall_ms  (1 runs" in out
+    assert cli.main(["prune", "--storage", url, "--keep", "2"]) == 0
+    assert "pruned 2 record(s)" in capsys.readouterr().out
+    left = store.summaries("host-aaa")
+    assert sorted(s.run_id for s in left) == ["r2", "r3", "r3"]  # the shards of r3 are one run
+    newest = store.where(left[-1].key)
+    assert cli.main(["export", "--format", "bmf", newest]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "u": {"wall_ms": {"value": 5.0, "lower_value": 5.0, "upper_value": 5.0}}
+    }
+    out = tmp_path / "gab.json"
+    assert cli.main(["export", "--format", "github-action-benchmark", newest, "-o", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())
+    assert entry["name"] == "u wall_ms" and entry["unit"] == "ms" and entry["value"] == 5.0
+
+
+def test_compare_on_the_command_line_takes_a_name_of_the_store(url, tmp_path, capsys):
+    store = Store(url)
+    store.save(_report(_at(1), samples=(5.0,) * 5), "main")
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(_report(_at(2), samples=(9.0,) * 5)))
+    assert cli.main(["compare", "main", str(new), "--storage", url, "--fail", "wall_ms:+10%"]) == 1
+    assert "regression" in capsys.readouterr().out
+
+
+def test_many_records_are_packed_and_a_pack_is_only_a_cache():
+    url = f"memory://gpuprof-{uuid.uuid4().hex[:12]}"
+    store = Store(url)
+    for i in range(PACK_AT + 2):
+        store.save(_report(_at(i)), "main", run_id=f"r{i}")
+    first = store.summaries("host-aaa")
+    packs = store.fs.find(f"{store.root}/host-aaa/{INDEX}")
+    assert len(first) == PACK_AT + 2 and len(packs) == 1
+    assert store.summaries("host-aaa") == first  # read back from the pack
+    store.fs.pipe_file(f"{store.root}/host-aaa/{INDEX}/torn.json", b'{"summaries": [')
+    assert store.summaries("host-aaa") == first
+    store.prune("host-aaa", keep=3)
+    assert [s.run_id for s in store.summaries("host-aaa")] == [f"r{i}" for i in range(PACK_AT - 1, PACK_AT + 2)]
+
+
+def test_legacy_numbered_baselines_stay_readable(tmp_path):
+    folder = tmp_path / "store" / "host-aaa"
+    folder.mkdir(parents=True)
+    (folder / "0001_main.json").write_text(json.dumps(_report(_at(1), samples=(3.0,) * 3)))
+    store = Store(tmp_path / "store")
+    store.save(_report(_at(2), samples=(4.0,) * 3), "main")
+    assert [s.name for s in store.summaries("host-aaa")] == ["main", "main"]
+    assert store.reference("host-aaa", "main").entry("t")[0]["metrics"]["wall_ms"] == 4.0
+
+
+SAVER = """
+import sys, time
+from pytest_gpuprof.output.store import Store
+store = Store(sys.argv[1])
+for i in range(20):
+    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{time.time_ns() % 10**9 // 1000:06d}+00:00"
+    store.save({"schema": 1, "created": created, "machine": {"id": "host-aaa"},
+                "tests": [{"nodeid": "t", "writer": sys.argv[2], "pad": "x" * 20000}]}, "main")
+"""
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_eight_processes_saving_one_name_at_once_all_land_whole(kind, tmp_path, monkeypatch, request):
+    if kind == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        _s3_env(monkeypatch, endpoint)
+        url = f"s3://{_bucket(endpoint)}/x"
+    else:
+        url = str(tmp_path / "store")
+    script = tmp_path / "saver.py"
+    script.write_text(SAVER)
+    procs = [subprocess.Popen([sys.executable, str(script), url, str(w)]) for w in range(8)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 8
+    store = Store(url)
+    summaries = store.summaries("host-aaa")
+    assert len(summaries) == 160  # every save landed
+    records = [store.read(s.key) for s in summaries]  # none torn: each parses whole
+    assert all(len(r["tests"][0]["pad"]) == 20000 for r in records)
+    newest = max(records, key=lambda r: r["created"])
+    assert store.reference("host-aaa", None).first["created"] == newest["created"]
+
+
+# --- faults
+
+
+def test_an_unreachable_store_is_one_line_and_the_report_is_still_written(pytester, monkeypatch):
+    port = _free_port()  # nothing listens on it
+    _s3_env(monkeypatch, f"http://127.0.0.1:{port}")
+    pytester.makepyfile(SUITE)
+    url = "s3://gone-bucket/prefix"
+    r = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main", "--gpu-report=r.json")
+    assert r.ret == 1
+    r.stdout.fnmatch_lines([f"gpuprof: could not save the baseline: {url}: write *"])
+    assert json.loads(Path(pytester.path, "r.json").read_text())["tests"]
+    assert "Traceback" not in r.stdout.str()
+    gated = pytester.runpytest(f"--gpu-storage={url}", "--gpu-compare=main")
+    assert gated.ret == pytest.ExitCode.USAGE_ERROR
+    gated.stderr.fnmatch_lines([f"*--gpu-compare: {url}: *"])
+    # without a gate asked for, the store is not read at all
+    pytester.runpytest(f"--gpu-storage={url}").assert_outcomes(passed=2)
+
+
+def test_a_missing_bucket_is_named(s3_endpoint, monkeypatch):
+    _s3_env(monkeypatch, s3_endpoint)
+    with pytest.raises(BaselineError, match=r"s3://no-such-bucket-gpuprof/p: write host-aaa/main@.*not found"):
+        Store("s3://no-such-bucket-gpuprof/p").save(_report(_at(1)), "main")
+
+
+def test_a_store_that_stops_mid_run_fails_the_next_step_with_one_line(monkeypatch):
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    _s3_env(monkeypatch, endpoint)
+    url = f"s3://{_bucket(endpoint)}/p"
+    store = Store(url)
+    store.save(_report(_at(1)), "main")
+    server.stop()
+    with pytest.raises(BaselineError, match=rf"^{url}: (list|write|read) "):
+        store.save(_report(_at(2)), "main")
+        store.summaries("host-aaa")
+
+
+@pytest.fixture(scope="module")
+def s3_with_auth(tmp_path_factory):
+    """A moto server in a process of its own that checks every request's credentials (IAM)."""
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0", "MOTO_PORT": str(port)}
+    log = tmp_path_factory.mktemp("moto") / "log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=out, stderr=out
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_wrong_credentials_are_named_without_printing_them(s3_with_auth, monkeypatch):
+    endpoint = s3_with_auth
+    _s3_env(monkeypatch, endpoint, key="AKIAWRONGKEY00000000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "the-secret-itself")
+    with pytest.raises(BaselineError) as e:
+        Store("s3://any-bucket/p").save(_report(_at(1)), "main")
+    assert str(e.value).startswith("s3://any-bucket/p: write host-aaa/main@")
+    assert "InvalidAccessKeyId" in str(e.value) or "access denied" in str(e.value)
+    assert "the-secret-itself" not in str(e.value)
+
+
+def test_credentials_written_into_a_url_are_never_shown():
+    assert shown("s3://KEY:SECRET@bucket/p") == "s3://bucket/p"
+    assert shown(".gpuprof") == ".gpuprof"
+
+
+def test_a_scheme_without_its_library_says_which_extra_installs_it(monkeypatch):
+    monkeypatch.setitem(store_module._EXTRAS, "memory", ("no_such_module_gpuprof", "s3"))
+    with pytest.raises(
+        BaselineError, match=r"memory:// needs no_such_module_gpuprof: pip install 'pytest-gpuprof\[s3\]'"
+    ):
+        Store("memory://x")
+    with pytest.raises(BaselineError, match="no storage scheme 'nosuch'"):
+        Store("nosuch://x")
