@@ -165,11 +165,16 @@ def test_readme_workflow_example_is_valid_yaml():
     import yaml
 
     readme = Path(__file__).parents[1].joinpath("README.md").read_text()
-    (block,) = re.findall(r"```yaml\n(.*?)```", readme, re.S)
-    workflow = yaml.safe_load(block)
-    steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
-    assert any("--gpu-save=main" in s for s in steps)
-    assert any("--gpu-compare-fail=" in s for s in steps)
+    sharded, cached = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    for block in (sharded, cached):
+        workflow = yaml.safe_load(block)
+        steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
+        assert any("--gpu-save=main" in s for s in steps)
+        assert any("--gpu-compare-fail=" in s for s in steps)
+    # the shards share the CI's run id, so each saves its part of one baseline
+    job = yaml.safe_load(sharded)["jobs"]["gpu-perf"]
+    assert job["strategy"]["matrix"]["shard"] == [1, 2]
+    assert all("--gpu-storage=$GPU_STORE" in s.get("run", "") for s in job["steps"] if "--gpu-" in s.get("run", ""))
 
 
 INTERRUPTIBLE = """

@@ -82,7 +82,10 @@ def test_the_note_counts_the_processes_traced():
     seen = ProcessFigures(1, "a", None, 1.0, 0.0)
     refused = ProcessFigures(2, "b", None, None, None, "not traced: CUPTI refused: in use")
     assert note((seen,)) is None
-    assert note((seen, refused)) == "1 of 2 processes traced; pid 2 (b): not traced: CUPTI refused: in use"
+    assert note((seen, refused)) == (
+        "1 of 2 processes traced; pid 2 (b): not traced: CUPTI refused: in use; "
+        "the window's kernel and copy figures are lower bounds: they hold none of that work"
+    )
 
 
 def test_telling_sets_the_childrens_environment_and_restores_the_parents(monkeypatch):
@@ -232,3 +235,72 @@ def test_each_process_is_a_group_of_lanes_the_tests_own_first():
         "pid 812, rank 0: kernels, stream 7",
         "pid 812, rank 0: memcpys, stream 7",
     ]
+
+
+ENDING = """
+import os, signal, sys, time
+from pytest_gpuprof.analysis.device_work import DeviceWork
+from pytest_gpuprof.analysis.model import DeviceInterval
+from pytest_gpuprof.capture import children
+
+class Capture:  # what CUPTI's capture gives: the process's device work, slowly
+    def drain(self):
+        if how == "drain fails":
+            raise RuntimeError("CUPTI said no")
+        if how == "two SIGTERMs":
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one while the records are written
+            time.sleep(0.2)
+        return DeviceWork.of([DeviceInterval("kernel", 0, 5_000_000)]), None
+
+folder, how = sys.argv[1], sys.argv[2]
+children._finish_at_every_end(os.getpid(), folder, Capture())
+print("READY", flush=True)
+if how == "os._exit":
+    os._exit(3)
+if how in ("SIGTERM", "two SIGTERMs", "drain fails"):
+    signal.pause()
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "os._exit", "SIGTERM", "two SIGTERMs", "drain fails"])
+def test_a_child_writes_its_records_however_it_ends_short_of_sigkill(tmp_path, how):
+    """The ways a pool's worker ends: a normal exit, os._exit, SIGTERM (Pool.terminate), a
+    second SIGTERM while it writes; and a failure to write, which is said, not "lost"."""
+    import signal
+
+    script = tmp_path / "child.py"
+    script.write_text(ENDING)
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path), how], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "READY"
+    if how in ("SIGTERM", "two SIGTERMs", "drain fails"):
+        child.send_signal(signal.SIGTERM)
+    code = child.wait(timeout=60)
+    assert code == {"exit": 0, "os._exit": 3}.get(how, -signal.SIGTERM)  # it ends as it would have
+    records, failed = tmp_path / f"{child.pid}.npz", tmp_path / f"{child.pid}.err"
+    if how == "drain fails":
+        assert not records.exists() and failed.read_text() == "RuntimeError: CUPTI said no"
+    else:
+        with np.load(records) as data:
+            assert len(data["rows"]) == 1 and not failed.exists()
+
+
+def test_a_record_that_could_not_be_written_says_why(tmp_path):
+    watch = ChildWatch()
+    try:
+        pid = dead_pid()
+        write_child(watch.folder, pid, [], records=False)
+        (watch.folder / f"{pid}.err").write_text("RuntimeError: CUPTI said no")
+        (record,) = watch.collect()
+        assert (
+            record.work is None and record.why == "its records could not be written (RuntimeError: CUPTI said no): lost"
+        )
+    finally:
+        watch.close()
+
+
+def test_multiprocessings_resource_tracker_is_not_traced(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        sys, "orig_argv", [sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(5)"]
+    )
+    children.start_in_child(str(tmp_path))  # returns before CUPTI or any record
+    assert list(tmp_path.iterdir()) == []

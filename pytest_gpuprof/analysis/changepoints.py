@@ -19,9 +19,11 @@ run medians.
 
 from __future__ import annotations
 
-import statistics
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 WINDOW = 5
 MIN_SIDE = 2
@@ -43,12 +45,10 @@ class ChangePoint:
 
 def change_points(levels: Sequence[float]) -> list[ChangePoint]:
     """The level shifts of a series of run medians, in order."""
+    passing = _passing(levels)
     found: list[tuple[float, ChangePoint]] = []
-    for k in range(MIN_SIDE, len(levels) - MIN_SIDE + 1):
-        passed = _shift_at(levels, k)
-        if passed is None:
-            continue
-        shift, point = passed
+    for k in sorted(passing):
+        shift, point = passing[k]
         if found and found[-1][1].index == k - 1:  # neighbours: keep the larger shift
             if shift > found[-1][0]:
                 found[-1] = (shift, point)
@@ -57,23 +57,39 @@ def change_points(levels: Sequence[float]) -> list[ChangePoint]:
     return [point for _, point in found]
 
 
-def _shift_at(levels: Sequence[float], k: int) -> tuple[float, ChangePoint] | None:
-    """The shift at the split before run ``k`` over the widest windows that pass, if any."""
-    widths = [
-        (b, a) for b in range(MIN_SIDE, min(WINDOW, k) + 1) for a in range(MIN_SIDE, min(WINDOW, len(levels) - k) + 1)
-    ]
-    for b, a in sorted(widths, key=lambda w: (-(w[0] + w[1]), -w[0])):
-        before, after = levels[k - b : k], levels[k : k + a]
-        if not (min(after) > max(before) or max(after) < min(before)):
+def _passing(levels: Sequence[float]) -> dict[int, tuple[float, ChangePoint]]:
+    """Each split that passes, over the widest windows that pass there, with its shift.
+
+    Every split reads the same windows, so each window's lowest, highest, median and median
+    absolute deviation is worked out once, for every start at once (numpy); then each pair
+    of widths, widest first, decides the splits no wider pair decided."""
+    x = np.asarray(levels, dtype=float)
+    n = len(x)
+    stats: dict[int, tuple[np.ndarray, ...]] = {}
+    for width in range(MIN_SIDE, min(WINDOW, n) + 1):
+        runs = np.sort(np.lib.stride_tricks.sliding_window_view(x, width), axis=1)
+        median = np.median(runs, axis=1)
+        stats[width] = (runs[:, 0], runs[:, -1], median, np.median(np.abs(runs - median[:, None]), axis=1))
+    decided = np.zeros(n + 1, dtype=bool)
+    out: dict[int, tuple[float, ChangePoint]] = {}
+    for b, a in _widths(WINDOW, WINDOW):
+        if b + a > n:
             continue
-        low, high = statistics.median(before), statistics.median(after)
-        shift = abs(high - low)
-        noise = max(_mad(before), _mad(after))
-        if shift > NOISE_FACTOR * noise and shift > MIN_SHIFT * abs(low):
-            return shift, ChangePoint(k, low, high, (b, a))
-    return None
+        k = np.arange(b, n - a + 1)  # the splits with b runs before and a after
+        low_b, high_b, median_b, mad_b = (v[k - b] for v in stats[b])
+        low_a, high_a, median_a, mad_a = (v[k] for v in stats[a])
+        shift = np.abs(median_a - median_b)
+        passes = (low_a > high_b) | (high_a < low_b)
+        passes &= (shift > NOISE_FACTOR * np.maximum(mad_b, mad_a)) & (shift > MIN_SHIFT * np.abs(median_b))
+        passes &= ~decided[k]
+        for i in np.flatnonzero(passes):
+            out[int(k[i])] = (float(shift[i]), ChangePoint(int(k[i]), float(median_b[i]), float(median_a[i]), (b, a)))
+        decided[k[passes]] = True  # a wider pair that fails leaves the split to the narrower ones
+    return out
 
 
-def _mad(values: Sequence[float]) -> float:
-    middle = statistics.median(values)
-    return statistics.median(abs(v - middle) for v in values)
+@functools.cache
+def _widths(most_before: int, most_after: int) -> tuple[tuple[int, int], ...]:
+    """The pairs of window widths a split tries, widest first (more runs before first)."""
+    widths = [(b, a) for b in range(MIN_SIDE, most_before + 1) for a in range(MIN_SIDE, most_after + 1)]
+    return tuple(sorted(widths, key=lambda w: (-(w[0] + w[1]), -w[0])))

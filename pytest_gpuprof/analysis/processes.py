@@ -47,4 +47,5 @@ def note(processes: tuple[ProcessFigures, ...]) -> str | None:
     if not unseen:
         return None
     said = "; ".join(f"{f'pid {p.pid}' if p.pid else 'a process'} ({p.command[:60]}): {p.why}" for p in unseen)
-    return f"{len(processes) - len(unseen)} of {len(processes)} processes traced; {said}"
+    bound = "the window's kernel and copy figures are lower bounds: they hold none of that work"
+    return f"{len(processes) - len(unseen)} of {len(processes)} processes traced; {said}; {bound}"

@@ -6,7 +6,8 @@ work with CUPTI and write it there when they exit; ``PYTHONPATH`` leads them to 
 package's ``_bootstrap/sitecustomize.py``, which does nothing unless ``ENV`` is set (as
 coverage.py's start-up hook does), and then runs any ``sitecustomize`` of their own. Each
 child writes ``PID.json`` as it starts (its command, ``RANK``, or why CUPTI refused it)
-and, as it exits (``atexit``, or ``SIGTERM`` as a pool's ``terminate()`` sends it),
+and, as it exits (``atexit``, ``SIGTERM`` as a pool's ``terminate()`` sends it, or
+``os._exit``),
 ``PID.npz``: its kernels, copies and memsets in the host's monotonic clock, which every
 process on the host shares (CUPTI's timestamps are paired with it in each process, as the
 test's own are: the error is that pairing's, under a microsecond). A native program that
@@ -38,7 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ENV = "PYTEST_GPUPROF_CHILDREN"
 BOOTSTRAP = str(Path(__file__).resolve().parents[1] / "_bootstrap")
@@ -142,6 +143,8 @@ class ChildWatch:
             elif records.exists():
                 with np.load(records, allow_pickle=False) as data:
                     work = DeviceWork(data["rows"], [str(n) for n in data["names"]])
+            elif (failed := self.folder / f"{pid}.err").exists():
+                why = f"its records could not be written ({failed.read_text(errors='replace')[:200]}): lost"
             elif _alive(pid):
                 why = "still running: its device work is read when it exits"
             else:
@@ -240,6 +243,9 @@ def _alive(pid: int) -> bool:
 
 # the child's side
 
+# processes multiprocessing starts for itself (``spawn``/``forkserver``), which do no device work
+_HELPERS = ("from multiprocessing.resource_tracker import main",)
+
 
 def start_in_child(folder: str) -> None:
     """Record this process's device work, and write it to ``folder`` as it exits."""
@@ -247,6 +253,8 @@ def start_in_child(folder: str) -> None:
 
     pid = os.getpid()
     argv = getattr(sys, "orig_argv", [sys.executable.rsplit("/", 1)[-1], *sys.argv])
+    if any(helper in " ".join(argv) for helper in _HELPERS):
+        return  # multiprocessing's own helper: never device work, and it outlives the test
     meta: dict[str, Any] = {"command": " ".join(argv)[:300], "started": time.perf_counter_ns()}
     if os.environ.get("RANK", "").isdigit():
         meta["rank"] = int(os.environ["RANK"])
@@ -262,36 +270,63 @@ def start_in_child(folder: str) -> None:
     _write(Path(folder) / f"{pid}.json", json.dumps(meta).encode())
     if capture is None:
         return
-    written = False
+    _finish_at_every_end(pid, folder, capture)
+
+
+def _finish_at_every_end(pid: int, folder: str, capture: Any) -> None:
+    """Write the records however this process ends, short of SIGKILL or a crash: a normal
+    exit (``atexit``), ``SIGTERM`` (``Pool.terminate``, ``with Pool()``, a supervisor) and
+    ``os._exit`` (what forked workers and some frameworks end with). A second SIGTERM while
+    the records are being written waits for them; a failure to write them is written
+    instead (``PID.err``), so that the test says why rather than "lost"."""
+    state = {"done": False, "busy": False}
 
     def finish() -> None:
-        nonlocal written
-        if written or os.getpid() != pid:  # once; and not in a forked copy of this process
+        if state["done"] or state["busy"] or os.getpid() != pid:  # once; not in a forked copy
             return
-        written = True
-        import numpy as np
-
-        work, _ = capture.drain()
-        rows = work.rows.copy()
-        rows["stream"] = (pid << 32) | (rows["stream"] & 0xFFFFFFFF)  # streams of its own
-        rows["span_id"], rows["thread"], rows["issued"] = -1, 0, 0  # no step of the test's issued them
+        state["busy"] = True
         try:
-            with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as out:
-                np.savez(out, rows=rows, names=np.array(work.names, dtype=str))
-            os.replace(out.name, Path(folder) / f"{pid}.npz")
-        except OSError:
-            pass  # the test ended before this process did (a pool's resource tracker): no one reads it
+            _write_records(pid, folder, capture)
+        except Exception as e:
+            with contextlib.suppress(OSError):
+                _write(Path(folder) / f"{pid}.err", f"{type(e).__name__}: {e}".encode())
+        finally:
+            state["done"], state["busy"] = True, False
 
     atexit.register(finish)
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: Any) -> None:
+        if state["busy"]:
+            return  # the records are being written: the first SIGTERM's handler ends the process
         finish()
         signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
     with contextlib.suppress(ValueError):  # not the main thread: atexit only
         signal.signal(signal.SIGTERM, on_term)
+    real_exit = os._exit
+
+    def _exit(status: int) -> NoReturn:
+        finish()
+        real_exit(status)
+
+    os._exit = _exit
+
+
+def _write_records(pid: int, folder: str, capture: Any) -> None:
+    import numpy as np
+
+    work, _ = capture.drain()
+    rows = work.rows.copy()
+    rows["stream"] = (pid << 32) | (rows["stream"] & 0xFFFFFFFF)  # streams of its own
+    rows["span_id"], rows["thread"], rows["issued"] = -1, 0, 0  # no step of the test's issued them
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as out:
+            np.savez(out, rows=rows, names=np.array(work.names, dtype=str))
+        os.replace(out.name, Path(folder) / f"{pid}.npz")
+    except OSError:
+        pass  # the test ended before this process did: no one reads it
 
 
 def _write(path: Path, data: bytes) -> None:

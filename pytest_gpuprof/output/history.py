@@ -6,6 +6,7 @@ terminal, or a self-contained HTML page of trend charts.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import html
 import json
 from collections.abc import Sequence
@@ -78,8 +79,13 @@ def history(
     return out
 
 
+@functools.cache
+def _fraction(metric: str) -> bool:
+    return is_fraction(metric)
+
+
 def _shown(metric: str, value: float) -> str:
-    return f"{100 * value:.2f}%" if is_fraction(metric) else f"{value:.3f}"
+    return f"{100 * value:.2f}%" if _fraction(metric) else f"{value:.3f}"
 
 
 def table(series: Sequence[Series]) -> list[str]:

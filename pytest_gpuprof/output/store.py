@@ -46,16 +46,20 @@ _EXTRAS |= {"abfs": _EXTRAS["az"], "abfss": _EXTRAS["az"]}
 _RECORD = re.compile(
     r"^(?P<name>[A-Za-z0-9_.\-]+)@(?P<stamp>\d{8}T\d{6}\.\d{6}Z)@(?P<run>[A-Za-z0-9_.\-]+)@[0-9a-f]+\.json$"
 )
-# a new client each time, from the environment as it is now (fsspec's instance cache would
-# keep the endpoint and credentials of the first); an unreachable endpoint fails in seconds
-_OPTIONS: dict[str, dict[str, Any]] = {
-    "s3": {
-        "skip_instance_cache": True,
-        "config_kwargs": {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}},
-    },
-    "gs": {"skip_instance_cache": True},
-    "az": {"skip_instance_cache": True},
-}
+# an unreachable endpoint fails in seconds, not botocore's minute a try
+_S3_CONFIG = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
+
+
+def _options(scheme: str) -> dict[str, Any]:
+    """The storage options of a scheme. fsspec keeps one client per set of options: the
+    endpoint in the environment (``AWS_ENDPOINT_URL``) is one of them, so a changed
+    endpoint gets a client of its own."""
+    if scheme != "s3":
+        return {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return {"config_kwargs": _S3_CONFIG, **({"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {})}
+
+
 _LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
 
 
@@ -166,7 +170,7 @@ class Store:
 
         scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
         with self._failing("open"):
-            self.fs, root = fsspec.core.url_to_fs(self.url, **_OPTIONS.get(scheme, {}))
+            self.fs, root = fsspec.core.url_to_fs(self.url, **_options(scheme))
         self.root = root.rstrip("/")
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
 
@@ -236,13 +240,14 @@ class Store:
         """The machine id whose baselines to read: ``wanted``, or the only one stored."""
         if self.local and not self.fs.isdir(self.root):
             raise BaselineError(f"--storage {self.url}: no such folder (baselines are saved with --gpu-save)")
-        machines = self.machines()
-        if wanted is not None:
-            if wanted not in machines:
+        if wanted is not None:  # its own prefix only: a fleet's other machines are not listed
+            if not self._listing(wanted):
+                stored = self.machines()
                 raise BaselineError(
-                    f"no baselines of machine {wanted} under {shown(self.url)}; stored: {machines or 'none'}"
+                    f"no baselines of machine {wanted} under {shown(self.url)}; stored: {stored or 'none'}"
                 )
             return wanted
+        machines = self.machines()
         if len(machines) != 1:
             what = f"baselines of {len(machines)} machines ({', '.join(machines)})" if machines else "no baselines"
             raise BaselineError(f"{shown(self.url)} holds {what}: name one with --machine")

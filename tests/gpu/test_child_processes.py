@@ -242,3 +242,98 @@ def test_torchrun_ranks_are_processes_with_their_ranks(traced, tmp_path):
     agent = [p for p in m.processes[1:] if p.rank is None]
     assert [p.kernel_ms for p in agent] == [0.0]  # torchrun's own process: traced, no kernels
     assert m.kernel_ms >= max(p.kernel_ms or 0.0 for p in ranks.values())
+
+
+# --- a pool's workers, ended the ways pools end them (each worker takes one task: a barrier)
+
+_BARRIER = None
+
+
+def _hold(barrier) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _cupy_matmuls(n: int) -> tuple[int, float]:
+    """50 CuPy matmuls in a pool worker (as the issue's test ran them), timed by its own events."""
+    import os
+
+    import cupy as cp
+
+    assert _BARRIER is not None
+    _BARRIER.wait()  # both workers hold a task: neither runs both
+    x = cp.ones((4096, 4096), dtype=cp.float32)
+    y = x @ x  # cuBLAS starts here
+    cp.cuda.Device().synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(n):
+        y = x @ x
+    end.record()
+    end.synchronize()
+    del y
+    return os.getpid(), cp.cuda.get_elapsed_time(start, end)
+
+
+def _pool_run(how: str, timed: list[tuple[int, float]]) -> None:
+    import concurrent.futures
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    if how == "with Pool()":
+        with ctx.Pool(2, initializer=_hold, initargs=(barrier,)) as pool:
+            timed.extend(pool.map(_cupy_matmuls, [50, 50], chunksize=1))
+    elif how == "close(); join()":
+        pool = ctx.Pool(2, initializer=_hold, initargs=(barrier,))
+        timed.extend(pool.map(_cupy_matmuls, [50, 50], chunksize=1))
+        pool.close()
+        pool.join()
+    else:
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=_hold, initargs=(barrier,)) as ex:
+            timed.extend(ex.map(_cupy_matmuls, [50, 50]))
+
+
+@pytest.mark.parametrize("how", ["with Pool()", "close(); join()", "ProcessPoolExecutor"])
+def test_every_pool_worker_is_read_however_the_pool_ends(gpuprof, how):
+    if gpuprof.backend.source.kind.name != "cupti":
+        pytest.skip("children are traced with CUPTI, as the test is")
+    pytest.importorskip("cupy")
+    timed: list[tuple[int, float]] = []
+    m = gpuprof.measure(lambda: _pool_run(how, timed), rounds=1, warmup=0)
+    print(f"\n{how}: {m.processes}; their events {timed}; window kernel_ms {m.kernel_ms:.3f}; notes {m.notes}")
+    workers = {p.pid: p for p in m.processes[1:]}
+    assert len(workers) == 2, m.processes  # the two workers, not multiprocessing's resource tracker
+    for pid, events in timed:
+        # each worker's 50 timed matmuls and the warm-up one like them
+        assert workers[pid].kernel_ms == pytest.approx(events * 51 / 50, rel=0.02)
+    one = max(p.kernel_ms for p in workers.values())
+    assert sum(p.kernel_ms for p in workers.values()) == pytest.approx(2 * one, rel=0.02)
+    assert not any("processes traced" in n for n in m.notes)
+
+
+def _killed_after_work(barrier) -> None:
+    import os
+
+    _hold(barrier)
+    _cupy_matmuls(20)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_sigkilled_worker_is_lost_and_the_figure_a_lower_bound(gpuprof):
+    if gpuprof.backend.source.kind.name != "cupti":
+        pytest.skip("children are traced with CUPTI, as the test is")
+    pytest.importorskip("cupy")
+    ctx = multiprocessing.get_context("spawn")
+
+    def run() -> None:
+        barrier = ctx.Barrier(1)
+        worker = ctx.Process(target=_killed_after_work, args=(barrier,))
+        worker.start()
+        worker.join()
+        assert worker.exitcode == -signal.SIGKILL
+
+    m = gpuprof.measure(run, rounds=1, warmup=0)
+    print(f"\nSIGKILL: {m.processes}; notes {m.notes}")
+    (worker,) = m.processes[1:]
+    assert worker.kernel_ms is None and "lost" in (worker.why or "")
+    assert any("lower bounds" in n and f"pid {worker.pid}" in n for n in m.notes)
