@@ -270,11 +270,11 @@ def test_a_child_writes_its_records_however_it_ends_short_of_sigkill(tmp_path, h
 
     script = tmp_path / "child.py"
     script.write_text(ENDING)
-    child = subprocess.Popen([sys.executable, str(script), str(tmp_path), how], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None and child.stdout.readline().strip() == "READY"
-    if how in ("SIGTERM", "two SIGTERMs", "drain fails"):
-        child.send_signal(signal.SIGTERM)
-    code = child.wait(timeout=60)
+    with subprocess.Popen([sys.executable, str(script), str(tmp_path), how], stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stdout.readline().strip() == "READY"
+        if how in ("SIGTERM", "two SIGTERMs", "drain fails"):
+            child.send_signal(signal.SIGTERM)
+        code = child.wait(timeout=60)
     assert code == {"exit": 0, "os._exit": 3}.get(how, -signal.SIGTERM)  # it ends as it would have
     records, failed = tmp_path / f"{child.pid}.npz", tmp_path / f"{child.pid}.err"
     if how == "drain fails":

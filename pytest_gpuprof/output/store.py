@@ -240,8 +240,11 @@ class Store:
         """The machine id whose baselines to read: ``wanted``, or the only one stored."""
         if self.local and not self.fs.isdir(self.root):
             raise BaselineError(f"--storage {self.url}: no such folder (baselines are saved with --gpu-save)")
-        if wanted is not None:  # its own prefix only: a fleet's other machines are not listed
-            if not self._listing(wanted):
+        if wanted is not None:  # is its prefix there: a fleet's other machines are not listed
+            with self._failing(f"look for {wanted}/"):
+                self.fs.invalidate_cache()
+                there = self.fs.exists(self._path(wanted))
+            if not there:
                 stored = self.machines()
                 raise BaselineError(
                     f"no baselines of machine {wanted} under {shown(self.url)}; stored: {stored or 'none'}"

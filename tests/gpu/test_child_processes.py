@@ -93,8 +93,12 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     # its 20 timed matmuls, the warm-up one like them, and the fill before (tens of microseconds)
     assert child.kernel_ms == pytest.approx(events * 21 / 20, rel=0.02)
     assert child.kernel_ms == pytest.approx(profiler_ms, rel=0.02)
-    assert m.utilization == pytest.approx(child.kernel_ms / untraced_wall_ms, abs=0.02)
-    assert m.kernel_ms >= child.kernel_ms
+    # the window's kernels are the child's (the test's own process launched none)
+    assert m.kernel_ms == pytest.approx(child.kernel_ms, rel=0.01)
+    assert m.utilization == pytest.approx(child.kernel_ms / m.wall_ms, rel=0.01)
+    # tracing the child costs its start-up (CUPTI loaded, its records written as it exits):
+    # 4.4 s untraced against 5.6 s traced in one H200 sitting (docs/performance.md)
+    assert m.wall_ms < 2 * untraced_wall_ms
 
 
 def _matmuls(n: int) -> tuple[int, float]:
