@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_gpuprof.options import BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 BackendChoice = Literal["auto", "cuda", "host"]
 HostClock = Literal["real", "virtual"]
+# which tests run: every one, none that uses the plugin (--gpu-skip), only those (--gpu-only)
+Selection = Literal["all", "skip", "only"]
 # the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
 _CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
 _FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
@@ -79,6 +81,14 @@ class Settings:
     # a test that uses the device holds it alone among this plugin's processes
     exclusive: bool = True
     children: bool = True
+    # --gpu-disable: the code runs, nothing is measured or judged
+    disabled: bool = False
+    selection: Selection = "all"
+    # the terminal table's shape (None: as the summary orders it); --gpu-csv
+    columns: tuple[str, ...] | None = None
+    sort: str | None = None
+    group_by: str | None = None
+    csv: Path | None = None
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -89,6 +99,7 @@ class Settings:
         file_settings, file_budget = read_pyproject(pyproject)
         budget_file = opt("--gpu-budget-file")
         budget = file_budget if budget_file is None else read_budget_file(Path(budget_file)).merged_over(file_budget)
+        budget = _flag_budget(opt).merged_over(budget)
         for o in TABLE:
             if o.number is not None and o.key is not None and opt(o.flag) is not None:
                 check_number(o.key, opt(o.flag), o.flag)
@@ -97,19 +108,25 @@ class Settings:
         output = functools.partial(_output, opt)
 
         thresholds = _thresholds(opt("--gpu-compare-fail"))
+        _refuse_conflicts(opt)
         save = _baseline_name(opt("--gpu-save"))
+        if opt("--gpu-autosave"):
+            save = _autosave_name(config.rootpath)
         storage = _storage(pick("--gpu-storage"), save is not None)
         run_id = _run_id(opt("--gpu-run-id"))
         if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
             check_output("GITHUB_STEP_SUMMARY", Path(summary))
         _distinct_outputs(
-            {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace")}
+            {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace", "--gpu-csv")}
             | {"GITHUB_STEP_SUMMARY": summary}
         )
         compare = opt("--gpu-compare")
         summary_rows = _summary_rows(pick("--gpu-summary"))
         # the host clock alone starts nothing: it says how to run once something starts
         given = any(opt(o.flag) not in (None, False) for o in TABLE if o.flag != "--gpu-host-clock")
+        disabled = bool(opt("--gpu-disable"))
+        columns = _columns(opt("--gpu-columns"))
+        sort = _sort(opt("--gpu-sort"))
         return cls(
             backend=pick("--gpu-backend"),
             host_clock=pick("--gpu-host-clock"),
@@ -120,8 +137,8 @@ class Settings:
             enforce=opt("--gpu-budget"),
             budget=budget,
             report=output("--gpu-report"),
-            cupti=not opt("--gpu-no-cupti"),
-            nvml=not opt("--gpu-no-nvml"),
+            cupti=not opt("--gpu-no-cupti") and not disabled,
+            nvml=not opt("--gpu-no-nvml") and not disabled,
             nvml_interval_ms=float(pick("--gpu-nvml-interval")),
             pyproject=pyproject,
             devices=_devices(opt("--gpu-devices")),
@@ -135,12 +152,120 @@ class Settings:
             storage=storage,
             run_id=run_id,
             summary_rows=summary_rows,
-            nvtx=pick("--gpu-nvtx") == "on",
-            sample=pick("--gpu-sample") == "on",
-            exclusive=pick("--gpu-exclusive") == "auto",
-            children=pick("--gpu-children") == "on",
+            # --gpu-disable: no source is started, no device held (nothing is measured)
+            nvtx=pick("--gpu-nvtx") == "on" and not disabled,
+            sample=pick("--gpu-sample") == "on" and not disabled,
+            exclusive=pick("--gpu-exclusive") == "auto" and not disabled,
+            children=pick("--gpu-children") == "on" and not disabled,
+            disabled=disabled,
+            selection="skip" if opt("--gpu-skip") else ("only" if opt("--gpu-only") else "all"),
+            columns=columns,
+            sort=sort,
+            group_by=opt("--gpu-group-by"),
+            csv=output("--gpu-csv"),
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
+
+
+# what each of --gpu-disable and --gpu-skip cannot go with: a baseline or a gate of figures
+# nobody measured, or the other way of choosing tests
+_CONFLICTS = {
+    "--gpu-disable": (
+        "--gpu-skip",
+        "--gpu-only",
+        "--gpu-save",
+        "--gpu-autosave",
+        "--gpu-compare",
+        "--gpu-compare-fail",
+    ),
+    "--gpu-skip": ("--gpu-only", "--gpu-save", "--gpu-autosave", "--gpu-compare", "--gpu-compare-fail"),
+    "--gpu-save": ("--gpu-autosave",),
+}
+
+
+def _refuse_conflicts(opt: Callable[[str], Any]) -> None:
+    for flag, others in _CONFLICTS.items():
+        if not opt(flag):
+            continue
+        for other in others:
+            if opt(other):
+                raise ConfigError(f"{flag} and {other} cannot be given together: {_WHY[flag]}")
+
+
+_WHY = {
+    "--gpu-disable": "--gpu-disable measures nothing, so nothing can be saved, compared or chosen by it",
+    "--gpu-skip": "--gpu-skip runs no test that measures anything",
+    "--gpu-save": "--gpu-autosave names the baseline itself",
+}
+
+
+def _flag_budget(opt: Callable[[str], Any]) -> Budget:
+    """The budget keys given as flags (``--gpu-min-utilization=0.8``), each checked as the
+    budget file's would be."""
+    budget = Budget()
+    for o in BUDGET_FLAGS:
+        value = opt(o.flag)
+        if value is None or o.budget is None:
+            continue
+        if Budget.KEYS[o.budget].unit != "bytes":
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{o.flag}={value}: expected a number") from None
+        try:
+            budget = parse_budget({o.budget: value}, o.flag).merged_over(budget)
+        except BudgetError as e:
+            raise ConfigError(str(e)) from None
+    return budget
+
+
+def _autosave_name(root: Path) -> str:
+    """``--gpu-autosave``'s baseline name: the commit (``-dirty`` where tracked files changed) and
+    the time, ``3c874f0a1b_20261204T221439``; ``nogit`` outside a git checkout."""
+    import subprocess
+    import time
+
+    commit = "nogit"
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode == 0 and head.stdout.strip():
+            commit = head.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            if dirty.stdout.strip():
+                commit += "-dirty"
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return f"{commit}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+
+
+def _columns(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from pytest_gpuprof.output.columns import ColumnError, parse_columns
+
+    try:
+        return parse_columns(value)
+    except ColumnError as e:
+        raise ConfigError(f"--gpu-columns={value}: {e}") from None
+
+
+def _sort(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from pytest_gpuprof.output.columns import ColumnError, check_sort
+
+    try:
+        return check_sort(value)
+    except ColumnError as e:
+        raise ConfigError(f"--gpu-sort={value}: {e}") from None
 
 
 def _distinct_outputs(paths: Mapping[str, str | None]) -> None:

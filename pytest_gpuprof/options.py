@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpuprof.analysis.descriptors import Metric
+from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.validate import Number
 
 SWITCH = ("on", "off")
@@ -31,6 +33,8 @@ class Option:
     # a flag without a value; given several times, the values add up
     switch: bool = False
     repeat: bool = False
+    # a budget key of every measured test, given on the command line (``--gpu-min-utilization``)
+    budget: str | None = None
 
     def argparse(self) -> dict[str, Any]:
         """Its ``addoption`` keywords. Values default to None (False for a switch): the
@@ -162,6 +166,37 @@ TABLE: tuple[Option, ...] = (
         choices=SWITCH,
     ),
     Option(
+        "--gpu-disable",
+        "run the tests and their fixtures' code once, measuring and judging nothing (the everyday loop); "
+        "reading a figure skips the test",
+        switch=True,
+    ),
+    Option("--gpu-skip", "skip the tests that use the plugin (its fixtures, gpu_budget or gpu markers)", switch=True),
+    Option("--gpu-only", "run only the tests that use the plugin; the others are skipped", switch=True),
+    Option(
+        "--gpu-autosave",
+        "save this run as a baseline named after the commit and the time (COMMIT_YYYYMMDDTHHMMSS)",
+        switch=True,
+    ),
+    Option(
+        "--gpu-columns",
+        "the terminal table's columns, in order: test, wall_ms, utilization, reported_utilization, overhead_ms, "
+        "cause, verdict or any metric's path (kernel_ms, steps.upload.idle_ms, memory.peak_bytes...)",
+        metavar="COL[,COL...]",
+    ),
+    Option(
+        "--gpu-sort",
+        "order the terminal table by a metric, worst first (name: by test id); default breaches first, "
+        "then the largest kernel-idle",
+        metavar="METRIC|name",
+    ),
+    Option(
+        "--gpu-group-by",
+        "the terminal table in groups: by module, class, param (the parameters' id) or name (the function)",
+        choices=("module", "class", "param", "name"),
+    ),
+    Option("--gpu-csv", "a CSV file: one row per test and window, the metrics' paths as columns", metavar="PATH"),
+    Option(
         "--gpu-summary",
         "rows of the terminal table: breaches and failures first, then the largest kernel-idle; the rest "
         "counted in one line",
@@ -170,6 +205,20 @@ TABLE: tuple[Option, ...] = (
     ),
 )
 
+
+def _budget_flag(key: str, metric: Metric) -> Option:
+    """A test-level budget key as a flag: ``min_utilization`` is ``--gpu-min-utilization``."""
+    kind = "SIZE" if metric.unit == "bytes" else ("FRACTION" if metric.unit == "fraction" else metric.unit.upper())
+    return Option(
+        "--gpu-" + key.replace("_", "-"),
+        f"budget: {key} of every measured test ({metric.meaning}); over the files, under markers",
+        metavar=kind,
+        budget=key,
+    )
+
+
+TABLE += tuple(_budget_flag(key, metric) for key, metric in Budget.KEYS.items())
+BUDGET_FLAGS: tuple[Option, ...] = tuple(o for o in TABLE if o.budget is not None)
 BY_FLAG: Mapping[str, Option] = {o.flag: o for o in TABLE}
 # what a run gets where nothing says otherwise, by flag (``--gpu-rounds``: 5)
 DEFAULT: Mapping[str, Any] = {o.flag: o.default for o in TABLE}

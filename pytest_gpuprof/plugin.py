@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.config import OPTIONS, ConfigError, Settings, marker_budget
-from pytest_gpuprof.session import FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.session import DEVICE_FIXTURES, FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
 
@@ -118,14 +119,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A marker's mistake is a usage error before any test runs; the budget itself is read
     when each test runs (``GpuSession.budget_of``), so that markers added later count."""
     session = config.stash[SESSION]
+    _warn_conftest_marks(config)
+    selection = session.settings.selection
     for item in items:
         keywords = item.keywords  # holds every marker's name: a cheap test before the lookup
+        if selection != "all" and (_uses_plugin(item) == (selection == "skip")):
+            why = "it uses pytest-gpuprof" if selection == "skip" else "it does not use pytest-gpuprof"
+            item.add_marker(pytest.mark.skip(reason=f"--gpu-{selection}: {why}"))
         if "gpu_budget" in keywords:
             marker_budget(item.nodeid, list(item.iter_markers("gpu_budget")), session.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
         if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
+
+
+def _uses_plugin(item: pytest.Item) -> bool:
+    """A test that uses the plugin, as collection sees it: its fixtures or markers."""
+    if not DEVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        return True
+    return item.get_closest_marker("gpu_budget") is not None or item.get_closest_marker("gpu") is not None
+
+
+def _warn_conftest_marks(config: pytest.Config) -> None:
+    """A ``pytestmark`` in a conftest.py marks nothing (pytest reads it in test modules
+    only): a budget written there would be silently off."""
+    for plugin in config.pluginmanager.get_plugins():
+        if not str(getattr(plugin, "__file__", "")).endswith("conftest.py"):
+            continue
+        marks = getattr(plugin, "pytestmark", [])
+        marks = marks if isinstance(marks, list) else [marks]
+        if any(getattr(m, "name", None) in ("gpu_budget", "gpu") for m in marks):
+            warnings.warn(
+                GpuBudgetWarning(
+                    f"{plugin.__file__}: pytestmark in a conftest.py applies to no test; put the budget in "
+                    "[tool.gpuprof.budget], in each module's pytestmark, or add it in a pytest_collection_modifyitems hook"
+                ),
+                stacklevel=1,
+            )
 
 
 @pytest.fixture(scope="session")

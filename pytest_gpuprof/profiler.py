@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import pytest
 
 from pytest_gpuprof import confirm
 from pytest_gpuprof.analysis import metrics as metrics_mod
@@ -39,6 +41,25 @@ class GpuBudgetExceeded(AssertionError):
         super().__init__(message)
         self.breaches = breaches
         self.metrics = metrics
+
+
+class NotMeasured:
+    """What ``measure``, ``metrics``, ``check`` and ``what_if`` give under ``--gpu-disable``:
+    the code ran and nothing was measured, so reading any figure skips the test (it has
+    nothing honest to assert on), never a zero."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("__"):  # copy, pickle and the like ask for protocols: it has none
+            raise AttributeError(name)
+        pytest.skip(f"pytest-gpuprof: --gpu-disable: nothing was measured, so the test cannot read {name!r}")
+
+    def __repr__(self) -> str:
+        return "<not measured: --gpu-disable>"
+
+
+NOT_MEASURED = cast(Metrics, NotMeasured())
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +91,10 @@ class Profiler:
         owner: str = "this test",
         stacks: StackSampler | None = None,
         children: ChildWatch | None = None,
+        disabled: bool = False,
     ) -> None:
         self.backend = backend
+        self.disabled = disabled  # --gpu-disable: the code runs once, nothing is measured
         self.budget = budget or Budget()
         self.default_rounds = rounds
         self.default_warmup = warmup
@@ -168,6 +191,8 @@ class Profiler:
         with each metric's spread in ``Metrics.rounds``.
         """
         self._alive("measure()")
+        if self.disabled:
+            return self.run_once(fn)
         rounds = self.rounds(rounds)
         warmup = self.default_warmup if warmup is None else warmup
         if rounds < 1 or warmup < 0:
@@ -186,6 +211,12 @@ class Profiler:
                     window.error = self._error(verdict, judged, confirmed=True)
                     raise window.error
         return metrics
+
+    def run_once(self, fn: Callable[[], Any]) -> Metrics:
+        """``--gpu-disable``: the code once, its device work waited for, nothing measured."""
+        fn()
+        self.backend.synchronize()
+        return NOT_MEASURED
 
     def rounds(self, asked: int | None) -> int:
         """The rounds a measurement runs: what it asked for (else the configured default),
@@ -212,6 +243,8 @@ class Profiler:
                 window.verdict = judge(budget, window.metrics)
 
     def repeat(self, body: Callable[[], Any], *, rounds: int, warmup: int, label: str) -> Metrics:
+        if self.disabled:
+            return self.run_once(body)
         cut: list[list[Window]] = []
         # the warm-up inside the batch: CUPTI's forced flush at its start slows the round
         # after it, which is then a warm-up round, not the first measured one
@@ -251,6 +284,8 @@ class Profiler:
         """The latest window's metrics, or the test so far (synchronizing the device and
         draining its records); ``None`` before anything was measured."""
         self._alive("metrics")
+        if self.disabled:
+            return NOT_MEASURED
         if self.windows:
             return self.windows[-1].metrics
         window = self.whole_test()
@@ -262,6 +297,8 @@ class Profiler:
         ``None`` where it does not apply. The window's own ``Metrics.what_if`` holds the
         default scenarios already."""
         self._alive("what_if()")
+        if self.disabled:
+            return cast(Prediction, NOT_MEASURED)
         window = self.windows[-1] if self.windows else self.whole_test()
         if window is None or window.timeline is None:
             raise ValueError(f"gpuprof.what_if({scenario!r}): nothing measured yet")
@@ -278,6 +315,8 @@ class Profiler:
         if limits:
             own = parse_budget(limits, "gpuprof.check()", own=True)
             budget, asked = own.merged_over(self.budget), frozenset(own.keys())
+        if self.disabled:  # its limits checked as written, nothing judged
+            return NOT_MEASURED
         current = self.metrics_now()
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
@@ -301,6 +340,8 @@ class Profiler:
     def final_windows(self) -> list[Window]:
         """The windows this test's budget is checked on: every measured one, else the test.
         Device work after the last measured window is said (``collector.outside``)."""
+        if self.disabled:
+            return []
         if self.windows:
             self.backend.synchronize()
             self.collector.note_outside(self.windows[-1].label, after=True)

@@ -292,13 +292,16 @@ class DeviceRuntime:
             clock = (
                 "virtual clock (kernels and copies take exactly the time asked, host code none)"
                 if s.host_clock == "virtual"
-                else "real clock"
+                else "real clock (figures vary with this machine's load: --gpu-host-clock=virtual, or "
+                'host_clock = "virtual" in [tool.gpuprof], for CPU-only CI)'
             )
             lines.append(
                 f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, {clock}, "
                 "truth 'host'; CUPTI off (no GPU); NVML off (no GPU)"
             )
         mode = "enforced (--gpu-budget)" if s.enforce else "reported as warnings (no --gpu-budget)"
+        if s.disabled:
+            mode = "off: --gpu-disable runs the code once and measures and judges nothing"
         where = f"; config {s.pyproject}" if s.pyproject else ""
         lines.append(f"gpuprof: budgets {mode}; rounds {s.rounds}, warmup {s.warmup}{where}")
         return lines

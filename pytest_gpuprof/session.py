@@ -113,6 +113,7 @@ class GpuSession:
             owner=owner,
             stacks=self.runtime.stacks,
             children=self._child_watch(),
+            disabled=s.disabled,
         )
         gated = any(t.metric.startswith("memory.") or t.metric.endswith(".memory_peak_bytes") for t in s.compare_fail)
         if gated and profiler.spans.memory is not None:
@@ -139,7 +140,7 @@ class GpuSession:
 
     def measures_whole(self, item: pytest.Item) -> bool:
         """A test with a budget and no fixture: its whole call is the window."""
-        if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        if self.settings.disabled or not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             return False
         if item.get_closest_marker("gpu_budget") is not None:
             return True
@@ -229,6 +230,7 @@ class GpuSession:
             unjudged=list(window.verdict.unjudged),
             breached_windows=_breached_windows(windows, counted, primary, metrics),
             outside=list(profiler.collector.outside),
+            all_windows=[(w.label, w.metrics) for w in windows],
         )
         result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
         return result
@@ -305,6 +307,8 @@ class GpuSession:
                 self.backend.source.drain()
             finally:
                 profiler.end()
+        if profiler.disabled:
+            return  # --gpu-disable: nothing is judged, its memory included
         if self.backend.memory_in_use() > profiler.memory_before:
             gc.collect()  # only then: buffers in a reference cycle (a full collection costs tens of ms)
         held = self.backend.memory_in_use() - profiler.memory_before
@@ -355,7 +359,7 @@ class GpuSession:
             report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
 
     def view(self, nodeid: str) -> TestView:
-        from pytest_gpuprof.output.report import breach_details, rows
+        from pytest_gpuprof.output.report import breach_details, row_figures, rows
 
         result = self.results[nodeid]
         record = result.record
@@ -374,6 +378,7 @@ class GpuSession:
             compare=self.gate.lines(nodeid, result.changes),
             machine=self.runtime.machine(),
             per_file=per_file,
+            figures=row_figures(record),
         )
 
     def load_baseline(self) -> None:
@@ -391,6 +396,10 @@ class GpuSession:
     def summary(self, terminalreporter: Any) -> None:
         if self.runtime.is_worker:
             return
+        if self.settings.disabled:
+            terminalreporter.write_line(
+                "gpuprof: --gpu-disable: the tests ran unmeasured: no figure was taken, no budget or gate judged"
+            )
         title = ""
         if self.views or self.crashed:  # else nothing to show, and nothing to start for it
             truths = sorted({v.test["metrics"]["truth"] for v in self.views.values()}) or [self.runtime.truth]

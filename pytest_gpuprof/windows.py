@@ -105,6 +105,7 @@ class WindowCollector:
         self._measuring = 0
         # windows of a batch, cut once its last one ended: (list to fill, label, edges, gpm, notes)
         self._batching = 0
+        self._warming = 0  # inside ``unmeasured`` (a measure()'s warm-up)
         self._open = 0  # windows open now: one inside another is cut at once
         self._pending: list[
             tuple[list[Window], str, int, int, dict[str, float] | None, list[str], tuple[int, int] | None]
@@ -126,7 +127,9 @@ class WindowCollector:
         that is neither the workload's nor repeatable.
         """
         out: list[Window] = []
-        deferred = self._batching > 0 and self._open == 0
+        # a window in a warm-up round (``partitions`` inside ``measure``) is cut at once: the
+        # batch's cut keeps the measured rounds' windows only
+        deferred = self._batching > 0 and self._open == 0 and not self._warming
         if not self._batching and not self._open:
             self.note_outside(label)
         self._open += 1
@@ -210,10 +213,12 @@ class WindowCollector:
     @contextmanager
     def unmeasured(self) -> Iterator[None]:
         self._measuring += 1
+        self._warming += 1
         try:
             yield
         finally:
             self._measuring -= 1
+            self._warming -= 1
             if not self.measuring:
                 self.reset()
 

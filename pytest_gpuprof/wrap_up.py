@@ -88,15 +88,13 @@ class Outputs:
             for line in self.written:  # what was written, or could not be, for a run that measured nothing
                 tr.write_line(line)
             return
-        from pytest_gpuprof.output.report import first_rows, table
-
         tr.section(title)
         for line in header:
             tr.write_line(line)
         every = list(views.values())
-        shown, rest = first_rows([v.test for v in every], self.settings.summary_rows)
+        shown, rest = self._shown(every)
         if shown:  # --gpu-summary=0: the count line alone, no header without rows
-            for line in table([r for i in shown for r in every[i].rows]):
+            for line in self._table(every, shown):
                 tr.write_line(line)
         if rest:
             tr.write_line(rest)
@@ -129,6 +127,28 @@ class Outputs:
             tr.write_line(line)
         if self.settings.trace is not None:
             tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
+
+    def _shown(self, every: list[TestView]) -> tuple[list[int], str | None]:
+        """The tests the table shows, in its order (``--gpu-sort``, else failures first)."""
+        from pytest_gpuprof.output.columns import order
+        from pytest_gpuprof.output.report import first_rows
+
+        s = self.settings
+        tests = [v.test for v in every]
+        ordered = None
+        if s.sort is not None:
+            ordered = order([t["nodeid"] for t in tests], [v.figures[0] if v.figures else {} for v in every], s.sort)
+        return first_rows(tests, s.summary_rows, ordered)
+
+    def _table(self, every: list[TestView], shown: list[int]) -> list[str]:
+        from pytest_gpuprof.output import columns
+
+        rows = [
+            (every[i].test["nodeid"], row, every[i].figures[n] if n < len(every[i].figures) else {})
+            for i in shown
+            for n, row in enumerate(every[i].rows)
+        ]
+        return columns.table(rows, self.settings.columns or columns.NAMED, self.settings.group_by)
 
     def _sharing_note(self, views: Mapping[str, TestView]) -> str | None:
         waited = waits(views)
@@ -277,15 +297,29 @@ def _step_summary(run: Run) -> str:
     return markdown_summary(measured, run.machine, compare, waits(run.views))
 
 
+def _csv(run: Run) -> str:
+    from pytest_gpuprof.output.columns import csv_text
+
+    return csv_text([row for v in run.views.values() for row in v.per_file.get(CSV, [])])
+
+
+def _csv_rows(record: GpuRecord, _: Timeline | None) -> list[dict[str, Any]]:
+    from pytest_gpuprof.output.report import window_rows
+
+    return window_rows(record)
+
+
 def _summary_path(_: Settings) -> Path | None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     return Path(summary) if summary else None
 
 
 HTML = "HTML report"
+CSV = "CSV file"
 # every file a run can write: a new format is one entry (and its option in ``options``)
 FILES = (
     File("JSON report", lambda s: s.report, _json),
     File(HTML, lambda s: s.html, _html, per_test=_page),
+    File(CSV, lambda s: s.csv, _csv, per_test=_csv_rows),
     File("step summary", _summary_path, _step_summary, append=True),
 )

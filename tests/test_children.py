@@ -270,7 +270,9 @@ def test_a_child_writes_its_records_however_it_ends_short_of_sigkill(tmp_path, h
 
     script = tmp_path / "child.py"
     script.write_text(ENDING)
-    with subprocess.Popen([sys.executable, str(script), str(tmp_path), how], stdout=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), how], stdout=subprocess.PIPE, text=True
+    ) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == "READY"
         if how in ("SIGTERM", "two SIGTERMs", "drain fails"):
             child.send_signal(signal.SIGTERM)

@@ -81,6 +81,8 @@ class GpuRecord:
     # --gpu-exclusive: how long the test waited for its device, before any window, and whom for
     waited_ms: float = 0.0
     waited_for: str = ""
+    # every window of the test, by label, for the CSV file (``window_rows``)
+    all_windows: list[tuple[str, Metrics]] = field(default_factory=list)
 
     @property
     def verdict(self) -> TestVerdict:
@@ -195,9 +197,6 @@ def revision(folder: Path) -> dict[str, str]:
     return out
 
 
-HEADER = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
-
-
 def rows(record: GpuRecord) -> list[list[str]]:
     """A test's lines of the terminal table: its reported window's, then each other window
     whose breaches count against it (worst first), each naming its window."""
@@ -206,6 +205,20 @@ def rows(record: GpuRecord) -> list[list[str]]:
     return [
         row(record, w.metrics, f"{record.nodeid} [{w.label} {w.index + 1}/{w.count}]") for w in record.breached_windows
     ]
+
+
+def row_figures(record: GpuRecord) -> list[dict[str, float]]:
+    """The figures of each of ``rows``' lines, by metric path (``output.columns``)."""
+    if record.windows <= 1 or not record.breached_windows:
+        return [record.metrics.flat()]
+    return [w.metrics.flat() for w in record.breached_windows]
+
+
+def window_rows(record: GpuRecord) -> list[dict[str, Any]]:
+    """One CSV row per window of the test: which, its outcome and verdict, its figures."""
+    windows = record.all_windows or [("test", record.metrics)]
+    head = {"test": record.nodeid, "outcome": record.outcome, "verdict": record.status}
+    return [{**head, "window": i, "label": label, **m.flat()} for i, (label, m) in enumerate(windows)]
 
 
 def row(record: GpuRecord, m: Metrics, name: str | None = None) -> list[str]:
@@ -235,10 +248,12 @@ def _cause(top: tuple[str, float], m: Metrics) -> str:
     return fit(cause)  # a column, not a paragraph: the JSON and the message keep it whole
 
 
-def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int], str | None]:
+def first_rows(
+    tests: list[dict[str, Any]], limit: int | None, order: list[int] | None = None
+) -> tuple[list[int], str | None]:
     """Which tests the terminal table shows (indices, in that order) and the line that
-    counts the rest: breaches and failed tests first, then the largest kernel-idle, as
-    pytest shows its failures first and counts the rest."""
+    counts the rest: in ``order`` (``--gpu-sort``), else breaches and failed tests first,
+    then the largest kernel-idle, as pytest shows its failures first and counts the rest."""
 
     def failing(t: dict[str, Any]) -> bool:
         return t.get("outcome") == "failed" or str(t.get("verdict", "")).startswith(("FAIL", "warn"))
@@ -246,7 +261,8 @@ def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int
     def idle(t: dict[str, Any]) -> float:
         return float(t.get("metrics", {}).get("overhead_ms") or 0.0)
 
-    order = sorted(range(len(tests)), key=lambda i: (not failing(tests[i]), -idle(tests[i])))
+    if order is None:
+        order = sorted(range(len(tests)), key=lambda i: (not failing(tests[i]), -idle(tests[i])))
     if limit is None or len(order) <= limit:
         return order, None
     rest = order[limit:]
@@ -256,16 +272,6 @@ def first_rows(tests: list[dict[str, Any]], limit: int | None) -> tuple[list[int
     if not bad and judged < len(rest):
         state += f" ({len(rest) - judged:,} with no budget or gate)"
     return order[:limit], f"and {len(rest):,} more measured, {state}; --gpu-summary=all lists them"
-
-
-def table(rows: list[list[str]]) -> list[str]:
-    everything = [list(HEADER), *rows]
-    widths = [max(len(r[i]) for r in everything) for i in range(len(HEADER))]
-    numeric = {1, 2, 3, 4}
-    return [
-        "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-        for r in everything
-    ]
 
 
 def breach_details(record: GpuRecord) -> list[str]:

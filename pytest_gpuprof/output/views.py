@@ -39,6 +39,8 @@ class TestView:
     compare: list[str]
     machine: dict[str, Any]
     per_file: dict[str, Any] = field(default_factory=dict)
+    # each row's figures by metric path (``--gpu-columns``, ``--gpu-sort``)
+    figures: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         # shallow: the fields are JSON data already (asdict's deep copy cost a ms a test)
