@@ -42,7 +42,23 @@ from pytest_gpuprof.verdict.compare import (
 )
 
 
-def show(report: dict[str, Any]) -> list[str]:
+def _shape(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None, str | None] | None:
+    """``show``'s table, where ``--columns``, ``--sort`` or ``--group-by`` asks for one."""
+    from pytest_gpuprof.output.columns import NAMED, ColumnError, check_sort, parse_columns
+
+    if args.columns is None and args.sort is None and args.group_by is None:
+        return None
+    try:
+        columns = NAMED if args.columns is None else parse_columns(args.columns)
+        sort = None if args.sort is None else check_sort(args.sort)
+    except ColumnError as e:
+        raise BaselineError(f"--columns/--sort: {e}") from None
+    return columns, sort, args.group_by
+
+
+def show(report: dict[str, Any], shape: tuple[tuple[str, ...], str | None, str | None] | None = None) -> list[str]:
+    """A report's machine and tests: a line each, or the table ``shape`` asks for (columns,
+    sort, group)."""
     m = report["machine"]
     lines = [
         f"machine {m.get('id')}: {m.get('gpu')}, driver {m.get('driver')}, PCIe {m.get('pcie')}, "
@@ -52,6 +68,16 @@ def show(report: dict[str, Any]) -> list[str]:
         lines.append(f"partial: the run {report['partial']}")
     if report.get("note"):
         lines.append(f"note: {report['note']}")
+    if shape is not None:
+        from pytest_gpuprof.output import columns as c
+
+        names, sort, group = shape
+        rows = c.report_rows(
+            report["tests"], [n for n in (*names, sort) if n and n not in ("test", "cause", "verdict", "name")]
+        )
+        if sort is not None:
+            rows = [rows[i] for i in c.order([r[0] for r in rows], [r[2] for r in rows], sort)]
+        return lines + c.table(rows, names, group)
     for t in report["tests"]:
         metrics = t.get("metrics", {})
         breaches = t.get("budget", {}).get("breaches", [])
@@ -223,6 +249,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     p_show = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
     p_show.add_argument("report", help="a JSON report (--gpu-report) or a stored baseline: a file or URL")
+    for flag in ("--columns", "--sort", "--group-by"):
+        o = BY_FLAG[flag.replace("--", "--gpu-")]
+        p_show.add_argument(flag, default=None, choices=o.choices, metavar=o.metavar, help=o.help + "; a table")
     p_compare = commands.add_parser(
         "compare",
         help="compare NEW with BASE; exit 1 on a clear regression",
@@ -305,7 +334,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "show":
-            print("\n".join(show(load(args.report, strict=True))))
+            print("\n".join(show(load(args.report, strict=True), _shape(args))))
             return 0
         if args.command == "history":
             return _history(args)

@@ -77,3 +77,31 @@ def test_a_malformed_report_is_named_by_file_test_and_field_in_every_command(tmp
     # a comparison leaves the unusable test out, naming it the same way
     assert cli.main(["compare", str(bad), str(good)]) == 0
     assert f"t::a: not compared: {bad}: metrics: a table is expected, not 'oops'" in capsys.readouterr().out
+
+
+def test_show_lays_a_report_out_as_a_table_of_the_columns_asked_for(tmp_path, capsys):
+    from pytest_gpuprof import cli
+    from tests.test_compare import report
+
+    tests = [
+        {"nodeid": "a.py::t1", "verdict": "ok", "metrics": {"wall_ms": 10.0, "utilization": 0.9, "kernel_ms": 9.0}},
+        {"nodeid": "b.py::t2", "verdict": "FAIL", "metrics": {"wall_ms": 20.0, "utilization": 0.4, "kernel_ms": 8.0}},
+        {"nodeid": "a.py::t3", "verdict": "ok", "metrics": {"wall_ms": 5.0, "utilization": None}},
+    ]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report(tests=tests)))
+    assert cli.main(["show", str(path), "--columns", "utilization,kernel_ms,verdict", "--sort", "utilization"]) == 0
+    heading, *rows = capsys.readouterr().out.splitlines()[1:]
+    assert heading.split() == ["test", "util", "kernel_ms", "verdict"]
+    assert [r.split() for r in rows] == [
+        ["b.py::t2", "40.0%", "8.0", "FAIL"],
+        ["a.py::t1", "90.0%", "9.0", "ok"],
+        ["a.py::t3", "-", "-", "ok"],  # no figure: last, and not 0
+    ]
+    assert cli.main(["show", str(path), "--group-by", "module"]) == 0
+    out = capsys.readouterr().out
+    assert "-- module a.py (2 rows)" in out and "-- module b.py (1 row)" in out
+    assert cli.main(["show", str(path)]) == 0  # without them: a line a test, as before
+    assert "a.py::t1: ?, wall 10.0 ms, utilization 90.0%" in capsys.readouterr().out
+    assert cli.main(["show", str(path), "--sort", "fastest"]) == 2
+    assert "'fastest' names no metric" in capsys.readouterr().err

@@ -145,3 +145,35 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
+
+
+def report_rows(
+    tests: Sequence[Mapping[str, Any]], paths: Sequence[str]
+) -> list[tuple[str, list[str], dict[str, float]]]:
+    """The table's rows of a report's tests (``gpuprof show``): the default cells from each
+    entry, and its figures at ``paths``."""
+    from pytest_gpuprof.verdict.compare import value_at
+
+    out = []
+    for t in tests:
+        m = t.get("metrics", {})
+        wall = m.get("wall_ms")
+        row = [
+            t["nodeid"],
+            "-" if wall is None else f"{wall:.1f}",
+            pct(m.get("utilization")),
+            pct(m.get("reported_utilization")),
+            "-" if m.get("overhead_ms") is None else f"{m['overhead_ms']:.1f}",
+            _cause(m),
+            str(t.get("verdict", t.get("outcome", "-"))),
+        ]
+        figures = {p: v for p in paths if (v := value_at(m, p)) is not None}
+        out.append((t["nodeid"], row, figures))
+    return out
+
+
+def _cause(m: Mapping[str, Any]) -> str:
+    causes = [(name, s.get("idle_ms") or 0.0) for name, s in (m.get("steps") or {}).items()]
+    causes.append(("unattributed", m.get("unattributed_ms") or 0.0))
+    name, idle = max(causes, key=lambda c: c[1])
+    return f"{name} {idle:.1f} ms" if idle > 0 else "-"

@@ -297,11 +297,12 @@ def samples_of(test: dict[str, Any], metric: str) -> list[float]:
     rounds = test.get("rounds", {}).get(metric)
     if isinstance(rounds, dict) and isinstance(rounds.get("samples"), list):
         return [float(v) for v in rounds["samples"]]
-    value = _lookup(test.get("metrics", {}), metric)
+    value = value_at(test.get("metrics", {}), metric)
     return [] if value is None else [float(value)]
 
 
-def _lookup(metrics: dict[str, Any], path: str) -> float | None:
+def value_at(metrics: dict[str, Any], path: str) -> float | None:
+    """A report entry's ``metrics`` value at a flat path (``steps.upload.idle_ms``), else None."""
     node: object = metrics
     for part in _split_path(path):
         if not isinstance(node, dict) or part not in node:
@@ -330,7 +331,7 @@ def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any]
         if t.metric != KERNELS:
             out.append(assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)))
             continue
-        floor = KERNEL_FLOOR * max(_lookup(baseline_test.get("metrics", {}), "kernel_ms") or 0.0, 0.0)
+        floor = KERNEL_FLOOR * max(value_at(baseline_test.get("metrics", {}), "kernel_ms") or 0.0, 0.0)
         for path in _kernel_paths(baseline_test, current_test):
             before, now = samples_of(baseline_test, path), samples_of(current_test, path)
             if max(_median(before) or 0.0, _median(now) or 0.0) < floor:
@@ -357,8 +358,8 @@ CLOCK_SHIFT = 0.05
 def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> str | None:
     """What a comparison must say when the GPU ran at another SM clock in the baseline:
     device times scale with it (``nvml.sm_clock_mhz``)."""
-    before = _lookup(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")
-    now = _lookup(current_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    before = value_at(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    now = value_at(current_test.get("metrics", {}), "nvml.sm_clock_mhz")
     if not before or not now or abs(now - before) / before <= CLOCK_SHIFT:
         return None
     return f"SM clock {before:.0f} MHz in the baseline, {now:.0f} MHz now: device times scale with it"
