@@ -12,10 +12,10 @@ the median over 4 rounds, after 2, of the host time a launch, and what was recor
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
-import sys
 import time
 
 LAUNCHES = 50_000
@@ -71,4 +71,9 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "mode",
+        choices=("none", "profiler", "kernels", "driver", "driver-nokgn", "driver-markonly", "driver-all", "nvtx"),
+    )
+    main(parser.parse_args().mode)

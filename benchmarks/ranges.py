@@ -8,6 +8,7 @@ times 200,000 ``torch.cuda.nvtx.range_push``/``range_pop`` pairs, best of 3.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -43,8 +44,11 @@ def child(mode: str) -> float:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(child(sys.argv[2])))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", choices=("untraced", "cupti", "nvtx"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
         return
     for mode in ("untraced", "cupti", "nvtx"):
         out = subprocess.run([sys.executable, __file__, "--child", mode], capture_output=True, text=True, check=True)

@@ -28,6 +28,7 @@ whole run's time are printed. One line per measurement.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import re
@@ -236,16 +237,20 @@ def plugin(profile_to: str | None) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--mode":
-        storm(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modes", nargs="*", metavar="MODE", help="default: off buffers buffers+calls plugin")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the plugin mode into FILE")
+    parser.add_argument("--mode", help=argparse.SUPPRESS)  # one mode, in its own process
+    args = parser.parse_args()
+    if args.mode:
+        storm(args.mode)
         return
-    modes = [a for a in sys.argv[1:] if not a.startswith("--")] or ["off", "buffers", "buffers+calls", "plugin"]
+    modes = args.modes or ["off", "buffers", "buffers+calls", "plugin"]
     for mode in modes:
         if mode != "plugin":
             subprocess.run([sys.executable, __file__, "--mode", mode], check=True, cwd=ROOT)
     if "plugin" in modes:
-        profile = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--profile=")), None)
-        plugin(profile)
+        plugin(args.profile)
 
 
 if __name__ == "__main__":

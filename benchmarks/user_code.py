@@ -11,6 +11,7 @@ fallback (``--gpu-no-cupti``). One line per measurement.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def plugin(extra: list[str]) -> dict:
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--torch"]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--torch", action="store_true", help=argparse.SUPPRESS)  # torch.profiler's own process
+    if parser.parse_args().torch:
         print(json.dumps(torch_profiler()))
         return
     out = subprocess.run([sys.executable, __file__, "--torch"], check=True, capture_output=True, text=True)

@@ -48,6 +48,12 @@ def _allow_across_examples(item: pytest.Item) -> None:
     function._hypothesis_internal_use_settings = settings(current, suppress_health_check=suppressed)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_gpuprof import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
     for flag, kwargs in OPTIONS:
@@ -280,6 +286,17 @@ class SessionHooks:
         report = yield
         self._session.annotate(item, call, report)
         return report
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        """A test the plugin failed is a failure of its own kind: ``G`` in the progress line,
+        GPU BUDGET (a breach) or GPU REGRESSION (a gate) under ``-v`` and in the ``-r f``
+        list; counted with the failures."""
+        word = getattr(report, "gpuprof_failed", None)
+        if report.when == "call" and report.failed and isinstance(word, str):
+            return "failed", "G", (word, {"red": True})
+        return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._session.logreport(report)

@@ -39,6 +39,7 @@ class DeviceRuntime:
         self._selected: tuple[str, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
+        self._machine: dict[str, Any] | None = None
         if settings.configured:
             self.select()
 
@@ -259,9 +260,15 @@ class DeviceRuntime:
         return probe(self.device_index)
 
     def machine(self) -> dict[str, Any]:
-        from pytest_gpuprof.output.report import machine_record
+        """The machine record of this process's reports, as the project's
+        ``pytest_gpuprof_machine_info`` hooks left it (asked once)."""
+        if self._machine is None:
+            from pytest_gpuprof.output.report import machine_record
 
-        return machine_record(self.device.to_dict(), self.truth)
+            record = machine_record(self.device.to_dict(), self.truth)
+            self.config.hook.pytest_gpuprof_machine_info(config=self.config, machine=record)
+            self._machine = record
+        return dict(self._machine)
 
     def header(self) -> list[str]:
         if not self.chosen:

@@ -46,6 +46,10 @@ FIXTURES = frozenset({"gpuprof", "gpu_workload"})
 DEVICE_FIXTURES = FIXTURES | {"gpu_device"}
 
 
+# how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
+GPU_BUDGET, GPU_REGRESSION = "GPU BUDGET", "GPU REGRESSION"
+
+
 class GpuBudgetWarning(UserWarning):
     """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
 
@@ -74,6 +78,8 @@ class GpuSession:
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
         self.waited: dict[str, tuple[float, str]] = {}  # --gpu-exclusive: each wait (ms), for whom
+        # tests the plugin failed, with the word their report shows: a budget, a regression
+        self.failed_by_gate: dict[str, str] = {}
 
     # the device side, as the fixtures and the header ask for it
     @property
@@ -290,6 +296,7 @@ class GpuSession:
             failures.append(message)  # warnings are errors here (-W error): fail with the message
             record.warned_as_error = True
         if failures:
+            self.failed_by_gate[item.nodeid] = GPU_BUDGET if failures[0] is message else GPU_REGRESSION
             pytest.fail("\n".join(failures), pytrace=False)
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
@@ -345,6 +352,8 @@ class GpuSession:
                 self.results.pop(item.nodeid, None)  # a rerun: its record is this run's alone
         if call.when == "call" or (call.when == "setup" and report.outcome != "passed"):
             self.outcomes[item.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
+        if call.when == "call" and report.failed:
+            self._mark_gate_failure(item.nodeid, call, report)
         if call.when == "teardown" and call.excinfo is not None and isinstance(call.excinfo.value, GpuMemoryLeak):
             # the plugin's own finding: its one line, not a traceback through the plugin's source
             report.longrepr = f"GpuMemoryLeak: {call.excinfo.value}"
@@ -357,6 +366,31 @@ class GpuSession:
             # Everything the controller needs travels with the report (pytest-xdist sends
             # its __dict__), so a worker's tests are reported like local ones.
             report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
+
+    def _mark_gate_failure(self, nodeid: str, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        """A call the plugin failed (a breach, a regression, an uncaught ``check()``): its
+        report says so (``pytest_report_teststatus``: ``G``, GPU BUDGET) and carries a
+        ``gpuprof`` section with the figures of the windows that failed it, and its changes
+        against the baseline (the failure's message says why)."""
+        from pytest_gpuprof.output import columns
+        from pytest_gpuprof.output.report import row_figures, rows
+        from pytest_gpuprof.profiler import GpuBudgetExceeded
+
+        raised = call.excinfo.value if call.excinfo is not None else None
+        word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)
+        if word is None:
+            return
+        report.gpuprof_failed = word  # type: ignore[attr-defined]
+        result = self.results.get(nodeid)
+        if result is not None:
+            record = result.record
+            shown = ("test", "wall_ms", "kernel_ms", "copy_ms", "utilization", "reported_utilization", "cause")
+            figures = zip(rows(record), row_figures(record), strict=True)
+            lines = columns.table([(nodeid, r, f) for r, f in figures], shown)
+            compare = self.gate.lines(nodeid, result.changes)
+            if compare:
+                lines += ["", "against the baseline:", *compare]
+            report.sections.append(("gpuprof", "\n".join(lines)))
 
     def view(self, nodeid: str) -> TestView:
         from pytest_gpuprof.output.report import breach_details, row_figures, rows

@@ -191,6 +191,7 @@ class Outputs:
 
         tests, merged = self.merged(views, crashed, machine)
         report = build_report(tests, merged, revision(self.config.rootpath))
+        self.config.hook.pytest_gpuprof_update_json(config=self.config, report=report)
         if partial:
             report["partial"] = partial
         if part:
@@ -224,7 +225,7 @@ class Outputs:
         from pytest_gpuprof.output.store import Store
 
         try:
-            saved = Store(self.settings.storage).save(report, name, self.settings.run_id)
+            saved = Store(self.settings.storage).save(report, name, self.settings.run_id, check=checked)
         except BaselineError as e:  # the report itself is written: only the store failed
             self.written.append(f"gpuprof: could not save the baseline: {e}")
             return False
@@ -273,7 +274,17 @@ class File:
 def _json(run: Run) -> str:
     from pytest_gpuprof.output.files import json_text
 
+    checked(run.report, "report")
     return json_text(run.report)
+
+
+def checked(document: dict[str, Any], which: str) -> None:
+    """Under ``PYTEST_GPUPROF_CHECK_SCHEMA=1`` (the suite sets it), a report or baseline
+    that breaks its shipped JSON Schema is an error, not a file."""
+    if os.environ.get("PYTEST_GPUPROF_CHECK_SCHEMA") == "1":
+        from pytest_gpuprof.output.schema import validate
+
+        validate(document, which)
 
 
 def _html(run: Run) -> str:

@@ -10,6 +10,8 @@ def virtual_clock(request, monkeypatch):
     # runs as it would outside CI, and the store's tests give run ids themselves
     for var in ("GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILDKITE_BUILD_ID", "CIRCLE_WORKFLOW_ID", "BUILD_BUILDID"):
         monkeypatch.delenv(var, raising=False)
+    # every report and baseline the suite's runs write is checked against the shipped schemas
+    monkeypatch.setenv("PYTEST_GPUPROF_CHECK_SCHEMA", "1")
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # which clears PYTEST_ADDOPTS when it starts
         monkeypatch.setenv(

@@ -51,7 +51,10 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
     )
     p_values = [float(p) for p in re.findall(r"Mann-Whitney p=([0-9.e-]+)\): regression", result.stdout.str())]
     assert p_values and all(p < 0.05 for p in p_values)
-    assert "FAILED test_slowed_test_fails_with_both_figures_and_the_rest_pass.py::test_slowed" in result.stdout.str()
+    assert (
+        "GPU REGRESSION test_slowed_test_fails_with_both_figures_and_the_rest_pass.py::test_slowed"
+        in result.stdout.str()
+    )
     result.stdout.fnmatch_lines(["compared with baseline *", "*test_steady: unchanged", "*test_slowed: regression"])
 
 

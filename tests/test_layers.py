@@ -111,3 +111,26 @@ def test_the_check_sees_a_layer_broken() -> None:
     assert "pytest_gpuprof.analysis.model" in GRAPH["pytest_gpuprof.analysis.metrics"]
     assert _layer("pytest_gpuprof.output.report") == "output"
     assert "analysis" not in ALLOWED["analysis"] and "output" not in ALLOWED["verdict"]
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``from pytest_gpuprof.X import _name``: a private name taken across modules."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{path.name}: {node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_gpuprof")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    found = [hit for p in sorted(PACKAGE.rglob("*.py")) for hit in _private_imports(p)]
+    assert found == []
+
+
+def test_the_private_name_check_sees_one(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from pytest_gpuprof.capture.nvml import _secret\n")
+    assert _private_imports(bad) == ["bad.py: pytest_gpuprof.capture.nvml._secret"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pytest_gpuprof.capture.nvml import _handle, _nvml
+from pytest_gpuprof.capture.nvml import device_handle, nvml_library
 
 # our name -> NVML's metric (percentages, read as fractions)
 METRICS = {
@@ -39,8 +39,8 @@ class Gpm:
     def start(cls, cuda_index: int) -> tuple[Gpm | None, str]:
         """GPM on this device and 'live', or ``None`` and 'off (why)'."""
         try:
-            pynvml = _nvml()
-            handle = _handle(pynvml, cuda_index)
+            pynvml = nvml_library()
+            handle = device_handle(pynvml, cuda_index)
             if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                 return None, "off (this GPU has no GPM)"
             gpm = cls(pynvml, handle)

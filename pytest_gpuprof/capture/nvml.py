@@ -18,14 +18,14 @@ from pytest_gpuprof.analysis.model import Sample
 from pytest_gpuprof.capture.clock import start_quiet
 
 
-def _nvml() -> Any:
+def nvml_library() -> Any:
     import pynvml
 
     pynvml.nvmlInit()
     return pynvml
 
 
-def _handle(pynvml: Any, cuda_index: int) -> Any:
+def device_handle(pynvml: Any, cuda_index: int) -> Any:
     """The NVML handle of CUDA device ``cuda_index``, matched by PCI bus id (the two
     numberings differ under ``CUDA_VISIBLE_DEVICES``)."""
     try:
@@ -40,8 +40,8 @@ def _handle(pynvml: Any, cuda_index: int) -> Any:
 def probe(cuda_index: int) -> str:
     """'live' or 'off (why)', for the session header."""
     try:
-        pynvml = _nvml()
-        _handle(pynvml, cuda_index)
+        pynvml = nvml_library()
+        device_handle(pynvml, cuda_index)
     except Exception as e:
         return f"off ({type(e).__name__}: {e})"
     return "live"
@@ -51,8 +51,8 @@ def uuid(cuda_index: int) -> str | None:
     """The UUID of CUDA device ``cuda_index``, found without creating a CUDA context (so
     that a process can lock the device before its context takes device memory)."""
     try:
-        pynvml = _nvml()
-        value = pynvml.nvmlDeviceGetUUID(_handle(pynvml, cuda_index))
+        pynvml = nvml_library()
+        value = pynvml.nvmlDeviceGetUUID(device_handle(pynvml, cuda_index))
     except Exception:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -60,7 +60,7 @@ def uuid(cuda_index: int) -> str | None:
 
 def driver_version() -> str | None:
     try:
-        version = _nvml().nvmlSystemGetDriverVersion()
+        version = nvml_library().nvmlSystemGetDriverVersion()
     except Exception:
         return None
     return version.decode() if isinstance(version, bytes) else str(version)
@@ -69,8 +69,8 @@ def driver_version() -> str | None:
 def pcie_link(cuda_index: int) -> tuple[int, int] | None:
     """Maximum PCIe generation and width of the link (an idle link trains down to save power)."""
     try:
-        pynvml = _nvml()
-        handle = _handle(pynvml, cuda_index)
+        pynvml = nvml_library()
+        handle = device_handle(pynvml, cuda_index)
         return (
             int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
             int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
@@ -96,8 +96,8 @@ class NvmlSampler:
     @classmethod
     def start(cls, cuda_index: int, interval_ms: float) -> NvmlSampler | None:
         try:
-            pynvml = _nvml()
-            return cls(pynvml, _handle(pynvml, cuda_index), interval_ms)
+            pynvml = nvml_library()
+            return cls(pynvml, device_handle(pynvml, cuda_index), interval_ms)
         except Exception:
             return None
 

@@ -24,7 +24,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -199,12 +199,21 @@ class Store:
 
     # --- writing
 
-    def save(self, report: dict[str, Any], name: str, run_id: str | None = None) -> str:
-        """``report`` as one new record named ``name``; its location."""
+    def save(
+        self,
+        report: dict[str, Any],
+        name: str,
+        run_id: str | None = None,
+        check: Callable[[dict[str, Any], str], None] | None = None,
+    ) -> str:
+        """``report`` as one new record named ``name``; its location. ``check``: a last
+        look at the record before it is stored (the suite's schema check)."""
         check_name(name)
         run = run_id or secrets.token_hex(6)
         created = report.get("created") or dt.datetime.now(dt.timezone.utc).isoformat()
         record = {**report, "name": name, "run_id": run}
+        if check is not None:
+            check(record, "baseline")
         key = f"{report['machine']['id']}/{name}@{_stamp(created)}@{run}@{secrets.token_hex(4)}.json"
         self._put(key, json_text(record))
         return self.where(key)
