@@ -249,7 +249,7 @@ def test_then_some_breach_was_confirmed_away():
 
 
 def test_check_inside_an_example_confirms_a_noisy_breach_as_measure_does(pytester):
-    # The README's pattern, near its threshold: one measurement in three breaches (as a
+    # The hypothesis page's pattern (docs/hypothesis.md), near its threshold: one measurement in three breaches (as a
     # noisy machine would), the re-measurements pass, so no example fails and hypothesis
     # never sees an example that fails once and passes on replay (Flaky).
     pytester.makepyfile(

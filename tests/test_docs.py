@@ -1,0 +1,129 @@
+"""The README and the pages under docs/ cannot rot: the quick start runs and fails as it
+says, every Python snippet parses, every TOML snippet of `[tool.gpuprof]` loads through the
+plugin's own checks, every YAML workflow parses, every option and `gpuprof` command they
+name exists, and every file they link to is there."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuprof import cli, config
+from pytest_gpuprof.options import TABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+# the user's pages; design.md and performance.md are the contributor's and the record
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.stem not in ("performance",))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+def fences(page: Path, kind: str) -> list[str]:
+    return [body for lang, body in FENCE.findall(page.read_text()) if lang == kind]
+
+
+def test_the_readme_is_short_and_starts_with_its_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    first = FENCE.search(text)
+    assert first is not None and first.group(1) == "bash"
+    commands = [line for line in first.group(2).splitlines() if line and not line.startswith("#")]
+    assert commands == [
+        "python3 -m pip install '.[hypothesis]' && python3 -m pytest examples --gpu-budget",
+        "python3 -m pip install -e '.[test]' && python3 -m pytest -n auto",
+    ]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "run_pytest examples --gpu-budget" in ci and "run_pytest -n auto" in ci
+
+
+def quick_start() -> tuple[str, str, str, str]:
+    """The README's quick start: its test module, its command, the exit code the command
+    says, and the output it shows."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quick start") : text.index("## Using it")]
+    blocks = FENCE.findall(section)
+    (_, module), (_, command), (_, shown) = blocks
+    exits = re.search(r"# exits (\d)", command)
+    assert exits is not None
+    return module, command.split("#")[0].strip(), exits.group(1), shown
+
+
+def test_the_quick_start_fails_as_the_readme_shows(pytester):
+    module, command, exits, shown = quick_start()
+    name = module.splitlines()[0].removeprefix("# ").strip()
+    pytester.path.joinpath(name).write_text(module)
+    args = command.split()
+    assert args[:3] == ["python3", "-m", "pytest"]
+    result = pytester.runpytest(*args[3:])
+    assert int(result.ret) == int(exits)
+    for line in shown.strip().splitlines():
+        assert line in result.stdout.lines, line
+    # and the fix the README names passes
+    pytester.path.joinpath(name).write_text(module.replace('"single-lock"', '"two-lock"'))
+    fixed = pytester.runpytest(*args[3:])
+    assert fixed.ret == 0
+    fixed.stdout.fnmatch_lines(["*test_pipeline*94.1%*ok"])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_python_snippet_parses(page):
+    for body in fences(page, "python"):
+        ast.parse(body, f"{page.name} snippet")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_toml_snippet_loads_through_the_plugins_checks(page, tmp_path):
+    for body in fences(page, "toml"):
+        tomllib.loads(body)
+        if "[tool.gpuprof" in body:
+            path = tmp_path / "pyproject.toml"
+            path.write_text(body)
+            config.read_pyproject(path)  # raises ConfigError naming the key
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_yaml_snippet_parses(page):
+    import yaml
+
+    for body in fences(page, "yaml"):
+        assert isinstance(yaml.safe_load(body), dict)
+
+
+def test_every_option_the_pages_name_exists():
+    known = {o.flag for o in TABLE}
+    for page in [*PAGES, ROOT / "docs" / "performance.md"]:
+        named = set(re.findall(r"--gpu-[a-z]+(?:-[a-z]+)*", page.read_text()))
+        assert named <= known, (page.name, sorted(named - known))
+
+
+def test_every_gpuprof_command_the_pages_name_exists(capsys):
+    commands = set(cli._parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    for page in PAGES:
+        for found in re.findall(r"`gpuprof (\w+)", page.read_text()):
+            assert found in commands, (page.name, found)
+            with pytest.raises(SystemExit) as done:
+                cli.main([found, "--help"])
+            assert done.value.code == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_to_a_file_of_the_repository_is_there(page):
+    for target in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
+        if "://" in target:
+            continue
+        assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_every_page_is_linked_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in readme, page.name
