@@ -15,8 +15,3 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # pytester's in-process runs drop modules first imported inside them, and numpy cannot be
 # imported twice in one process: import everything the plugin loads lazily up front.
 import numpy  # noqa: E402, F401
-
-import pytest_gpuprof.capture.backends.host  # noqa: E402
-import pytest_gpuprof.output.report  # noqa: E402
-import pytest_gpuprof.session  # noqa: E402
-import pytest_gpuprof.workload  # noqa: E402, F401

@@ -14,12 +14,12 @@ __all__ = ["GpuBudgetExceeded", "GpuMemoryLeak", "Metrics", "__version__"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
-    from pytest_gpuprof.profiler import GpuBudgetExceeded
-    from pytest_gpuprof.session import GpuMemoryLeak
+    from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
+    from pytest_gpuprof.harness.session import GpuMemoryLeak
 
 _WHERE = {
-    "GpuBudgetExceeded": "pytest_gpuprof.profiler",
-    "GpuMemoryLeak": "pytest_gpuprof.session",
+    "GpuBudgetExceeded": "pytest_gpuprof.harness.profiler",
+    "GpuMemoryLeak": "pytest_gpuprof.harness.session",
     "Metrics": "pytest_gpuprof.analysis.metrics",
 }
 

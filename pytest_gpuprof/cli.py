@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.options import BY_FLAG
+from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
 from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
@@ -197,7 +197,7 @@ def _base(args: argparse.Namespace, new: dict[str, Any]) -> dict[str, Any] | Ref
     text = str(args.base)
     if text.endswith(".json") or "/" in text or "://" in text or Path(text).is_file():
         return load(text)
-    from pytest_gpuprof.gate import wanted
+    from pytest_gpuprof.harness.gate import wanted
 
     name, pooled = wanted(text)
     store = Store(args.storage)

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.config import OPTIONS, ConfigError, Settings, marker_budget
-from pytest_gpuprof.session import DEVICE_FIXTURES, FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.harness.config import OPTIONS, ConfigError, Settings, marker_budget
+from pytest_gpuprof.harness.session import DEVICE_FIXTURES, FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
-    from pytest_gpuprof.profiler import Profiler
-    from pytest_gpuprof.windows import Window
-    from pytest_gpuprof.workload import GpuWorkload
+    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Window
+    from pytest_gpuprof.harness.workload import GpuWorkload
 
 SESSION = pytest.StashKey[GpuSession]()
 
@@ -49,7 +49,7 @@ def _allow_across_examples(item: pytest.Item) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from pytest_gpuprof import hookspecs
+    from pytest_gpuprof.harness import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -188,7 +188,7 @@ def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
 @pytest.fixture
 def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.Config) -> Iterator[GpuWorkload]:
     """Built-in prestage/compute workloads on this session's backend, recorded as steps."""
-    from pytest_gpuprof.workload import GpuWorkload
+    from pytest_gpuprof.harness.workload import GpuWorkload
 
     settings = pytestconfig.stash[SESSION].settings
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)

@@ -42,7 +42,7 @@ def dead_pid():
 
 def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
     from pytest_gpuprof.capture.backends.host import HostBackend
-    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.harness.profiler import Profiler
 
     watch, backend = ChildWatch(), HostBackend()
     try:
@@ -155,7 +155,7 @@ def test_the_message_lists_each_process():
 
 def test_a_native_program_the_test_starts_is_listed_as_not_seen_never_0():
     from pytest_gpuprof.capture.backends.host import HostBackend
-    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.harness.profiler import Profiler
 
     # where no injection library could be had (``tests/test_injection.py``: where one can)
     watch, backend = ChildWatch(native=(None, "no injection library")), HostBackend()

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuprof import cli, config
-from pytest_gpuprof.options import TABLE
+from pytest_gpuprof import cli
+from pytest_gpuprof.harness import config
+from pytest_gpuprof.harness.options import TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 # the user's pages; design.md and performance.md are the contributor's and the record

@@ -7,7 +7,7 @@ import pytest
 from pytest_gpuprof.capture import gpm as gpm_mod
 from pytest_gpuprof.capture.backends.host import HostBackend
 from pytest_gpuprof.capture.clock import VirtualClock
-from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.harness.profiler import Profiler
 from pytest_gpuprof.verdict.budget import Budget
 
 
@@ -104,7 +104,7 @@ def test_without_gpm_a_window_has_no_gpm_figures():
 def test_a_window_says_when_another_process_used_the_device():
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.clock import VirtualClock
-    from pytest_gpuprof.profiler import Profiler
+    from pytest_gpuprof.harness.profiler import Profiler
     from pytest_gpuprof.verdict.budget import Budget
 
     class Observer:

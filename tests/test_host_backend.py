@@ -7,9 +7,9 @@ import pytest
 
 from pytest_gpuprof.capture.backends.host import HostBackend
 from pytest_gpuprof.capture.device import GpuDevice
-from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.harness.profiler import Profiler
+from pytest_gpuprof.harness.workload import GpuWorkload
 from pytest_gpuprof.verdict.budget import Budget
-from pytest_gpuprof.workload import GpuWorkload
 
 MIB = 1 << 20
 

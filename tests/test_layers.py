@@ -20,6 +20,8 @@ ALLOWED = {
     "capture": {"analysis"},
     "verdict": {"analysis"},
     "output": {"analysis", "verdict"},
+    # the pytest layer: what runs around each test, over every layer below it
+    "harness": {"analysis", "capture", "verdict", "output"},
 }
 
 
@@ -134,3 +136,10 @@ def test_the_private_name_check_sees_one(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from pytest_gpuprof.capture.nvml import _secret\n")
     assert _private_imports(bad) == ["bad.py: pytest_gpuprof.capture.nvml._secret"]
+
+
+def test_the_top_level_holds_the_public_entry_points_only() -> None:
+    """The pytest layer lives in ``harness/``; at the top: the package's names, the pytest
+    plugin's entry point, the command, and the hypothesis strategies."""
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top == {"__init__", "__main__", "plugin", "cli", "strategies"}

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuprof import config
-from pytest_gpuprof.options import BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.harness import config
+from pytest_gpuprof.harness.options import BY_FLAG, DEFAULT, TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_the_command_line_wins_over_the_file_and_the_file_over_the_table(pyteste
     pytester.makeconftest(
         """
         import pytest
-        from pytest_gpuprof.config import Settings
+        from pytest_gpuprof.harness.config import Settings
 
         def pytest_configure(config):
             s = Settings.from_pytest_config(config)

@@ -74,7 +74,7 @@ class _Config:
 
 
 def test_a_pinned_device_or_the_host_backend_is_not_spread(monkeypatch):
-    from pytest_gpuprof.config import Settings
+    from pytest_gpuprof.harness.config import Settings
     from pytest_gpuprof.plugin import _spread
 
     monkeypatch.setenv(VISIBLE, "0,1")

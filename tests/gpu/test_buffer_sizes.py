@@ -3,8 +3,8 @@
 import pytest
 from hypothesis import given, settings
 
+from pytest_gpuprof.harness.workload import GpuOutOfMemory
 from pytest_gpuprof.strategies import buffer_sizes
-from pytest_gpuprof.workload import GpuOutOfMemory
 
 pytestmark = pytest.mark.gpu
 

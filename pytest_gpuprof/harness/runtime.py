@@ -18,7 +18,7 @@ import pytest
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
-from pytest_gpuprof.config import Settings
+from pytest_gpuprof.harness.config import Settings
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends

@@ -20,7 +20,7 @@ from pytest_gpuprof.analysis.model import GIB, MIB
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.clock import Clock, Joinable, Lock
 from pytest_gpuprof.capture.device import GpuDevice
-from pytest_gpuprof.profiler import Profiler
+from pytest_gpuprof.harness.profiler import Profiler
 
 Strategy = Literal["single-lock", "two-lock"]
 STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")

@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import pytest
 
-from pytest_gpuprof import confirm
 from pytest_gpuprof.analysis import metrics as metrics_mod
 from pytest_gpuprof.analysis import rounds as rounds_mod
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
-from pytest_gpuprof.options import DEFAULT
+from pytest_gpuprof.harness import confirm
+from pytest_gpuprof.harness.options import DEFAULT
+from pytest_gpuprof.harness.spans import SpanRecorder, SpanScope
+from pytest_gpuprof.harness.windows import Sampler, Window, WindowCollector
 from pytest_gpuprof.output.text import failure_message
-from pytest_gpuprof.spans import SpanRecorder, SpanScope
 from pytest_gpuprof.verdict.budget import Breach, Budget, Verdict, judge, parse_budget
-from pytest_gpuprof.windows import Sampler, Window, WindowCollector
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.children import ChildWatch

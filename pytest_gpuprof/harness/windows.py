@@ -29,8 +29,8 @@ from pytest_gpuprof.analysis.processes import figures as process_figures
 from pytest_gpuprof.analysis.processes import note as process_note
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.harness.spans import SpanRecorder
 from pytest_gpuprof.output.text import human_bytes
-from pytest_gpuprof.spans import SpanRecorder
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:

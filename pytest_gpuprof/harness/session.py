@@ -18,14 +18,14 @@ import pytest
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
-from pytest_gpuprof.config import Settings, marker_budget
-from pytest_gpuprof.gate import Gate
+from pytest_gpuprof.harness.config import Settings, marker_budget
+from pytest_gpuprof.harness.gate import Gate
+from pytest_gpuprof.harness.runtime import DeviceRuntime
+from pytest_gpuprof.harness.wrap_up import FILES, Outputs
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
-from pytest_gpuprof.runtime import DeviceRuntime
 from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
-from pytest_gpuprof.wrap_up import FILES, Outputs
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
+    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Window
     from pytest_gpuprof.output.report import WindowBreach
-    from pytest_gpuprof.profiler import Profiler
     from pytest_gpuprof.verdict.budget import Breach
-    from pytest_gpuprof.windows import Window
 
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
@@ -103,7 +103,7 @@ class GpuSession:
 
     # per test
     def profiler(self, budget: Budget, owner: str = "this test") -> Profiler:
-        from pytest_gpuprof.profiler import Profiler
+        from pytest_gpuprof.harness.profiler import Profiler
 
         s = self.settings
         profiler = Profiler(
@@ -178,8 +178,8 @@ class GpuSession:
         """What the test measured and judged, kept where its verdict is built from: its
         windows judged on its budget, every ``check()`` (whether the test caught its raise),
         and the device work no window held. ``raised``: what the call raised, if anything."""
+        from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
         from pytest_gpuprof.output.report import GpuRecord
-        from pytest_gpuprof.profiler import GpuBudgetExceeded
 
         whole = not profiler.windows  # the test so far becomes its one window
         windows = profiler.final_windows()
@@ -372,9 +372,9 @@ class GpuSession:
         report says so (``pytest_report_teststatus``: ``G``, GPU BUDGET) and carries a
         ``gpuprof`` section with the figures of the windows that failed it, and its changes
         against the baseline (the failure's message says why)."""
+        from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
         from pytest_gpuprof.output import columns
         from pytest_gpuprof.output.report import row_figures, rows
-        from pytest_gpuprof.profiler import GpuBudgetExceeded
 
         raised = call.excinfo.value if call.excinfo is not None else None
         word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.config import Settings
+from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
 if TYPE_CHECKING:

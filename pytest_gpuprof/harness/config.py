@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_gpuprof.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
