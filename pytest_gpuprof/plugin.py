@@ -289,13 +289,14 @@ class SessionHooks:
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport
-    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    ) -> tuple[str, str, str] | None:
         """A test the plugin failed is a failure of its own kind: ``G`` in the progress line,
         GPU BUDGET (a breach) or GPU REGRESSION (a gate) under ``-v`` and in the ``-r f``
-        list; counted with the failures."""
+        list; counted with the failures. The word is a plain string, red as every failure
+        is: pytest before 8.3 prints a (word, markup) pair in its short summary as a tuple."""
         word = getattr(report, "gpuprof_failed", None)
         if report.when == "call" and report.failed and isinstance(word, str):
-            return "failed", "G", (word, {"red": True})
+            return "failed", "G", word
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
