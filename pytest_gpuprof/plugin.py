@@ -287,9 +287,7 @@ class SessionHooks:
         self._session.annotate(item, call, report)
         return report
 
-    def pytest_report_teststatus(
-        self, report: pytest.TestReport
-    ) -> tuple[str, str, str] | None:
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         """A test the plugin failed is a failure of its own kind: ``G`` in the progress line,
         GPU BUDGET (a breach) or GPU REGRESSION (a gate) under ``-v`` and in the ``-r f``
         list; counted with the failures. The word is a plain string, red as every failure
