@@ -382,44 +382,6 @@ def test_cupy_is_read_at_the_edges_until_a_memory_budget_asks_for_each_allocatio
     assert cupy.hooks == []
 
 
-class Counters:
-    """A source read by counters that cost something (as PyTorch's do)."""
-
-    name, sees_each, cheap, note = "counters", False, False, None
-
-    def __init__(self):
-        self.held = 0
-
-    def read(self):
-        return self.held, self.held, None, None, None
-
-    def close(self):
-        pass
-
-
-def test_dear_counters_mark_no_step_edge_until_memory_is_gated_and_then_every_one():
-    from pytest_gpuprof.capture.memory import MemoryTracker
-
-    source = Counters()
-    opened: list[int] = []
-    tracker = MemoryTracker(lambda tick: [source] if not tracker.sources else [], lambda: tuple(opened))
-    for gated in (False, True):
-        if gated:
-            tracker.see_each()
-        first = tracker.mark(0)
-        opened.append(7)
-        assert (tracker.mark(1, step=True) is not None) == gated
-        source.held = 100
-        assert (tracker.mark(2, step=True) is not None) == gated
-        opened.clear()
-        log = tracker.log(first, tracker.mark(3))
-        window = metrics.compute(Timeline(0, 3, "cupti", (Span("train", 1, 1, 2, span_id=7),), memory=log))
-        assert window.memory.peak_bytes == (0 if gated else 100)  # held from the start of the second window
-        assert window.steps["train"].memory_peak_bytes == (0 if gated else None)  # never 0 for "not seen"
-        assert ("steps' edges were not marked" in (window.memory.note or "")) != gated
-        tracker.forget()
-
-
 GROWING = """
 import os
 

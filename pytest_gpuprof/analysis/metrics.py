@@ -139,8 +139,7 @@ def _with_memory(timeline: Timeline, m: Metrics) -> Metrics:
     memory, peaks = memory_mod.compute(timeline.memory, timeline.steps) if timeline.memory is not None else (None, {})
     if memory is None:
         return replace(m, memory_unseen=timeline.memory_unseen or NO_ALLOCATOR)
-    stepped = timeline.memory is not None and timeline.memory.stepped
-    steps = {name: replace(s, memory_peak_bytes=peaks.get(name, 0) if stepped else None) for name, s in m.steps.items()}
+    steps = {name: replace(s, memory_peak_bytes=peaks.get(name, 0)) for name, s in m.steps.items()}
     return replace(m, memory=memory, steps=steps)
 
 

@@ -129,7 +129,6 @@ class MemoryLog:
     allocations: tuple[Allocation, ...] | None = None
     note: str | None = None
     every: bool = True
-    stepped: bool = True  # every step's edges were marked (else no step's memory is known)
 
 
 # a copy's direction, from its name as CUPTI (``ActivityMemcpyKind``) and the host backend

@@ -20,11 +20,12 @@ import itertools
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_gpuprof.analysis.model import MemoryLog, MemoryMark
 from pytest_gpuprof.capture import driver_memory
-from pytest_gpuprof.capture.memory_sources import UNSTEPPED, Counted, CupySource, HostSource, MemorySource, TorchSource
+from pytest_gpuprof.capture.memory_sources import CupySource, HostSource, MemorySource
+from pytest_gpuprof.capture.torch_memory import STRIDE, Reading, TorchSource
 
 __all__ = ["Discovery", "MemorySource", "MemoryTracker", "tracker_for"]
 
@@ -35,7 +36,7 @@ class Discovery:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
-        self.each = False  # see each allocation where the framework can tell (CuPy's hook)
+        self.each = False  # see each allocation's place where the framework can tell
         self.unseen: str | None = None  # why no source can read the test's memory
         self.restart = False  # the sources found so far are to be dropped (JAX started)
 
@@ -55,7 +56,7 @@ class Discovery:
         torch = sys.modules.get("torch")
         if "torch" not in self._seen and torch is not None and torch.cuda.is_initialized():
             self._seen.add("torch")
-            out.append(TorchSource(torch, torch.cuda.current_device()))
+            out.append(TorchSource(torch, torch.cuda.current_device(), stacks=self.each))
         cupy = sys.modules.get("cupy")
         if "cupy" not in self._seen and cupy is not None:
             self._seen.add("cupy")
@@ -63,25 +64,35 @@ class Discovery:
         return out
 
 
+class _Edge(NamedTuple):
+    """A mark as taken: each source's reading (a deferred source's comes at ``log``)."""
+
+    seq: int
+    time: int
+    readings: tuple[Reading, ...]
+    open: tuple[int, ...]
+
+
 class MemoryTracker:
     """Marks of the sources' figures at a window's edges and its steps' edges.
 
     ``open_steps``: the span ids of the steps open now (the span recorder's), which each
-    mark keeps: the steps open over the stretch after it."""
+    mark keeps: the steps open over the stretch after it. The count that orders marks and
+    allocations moves in strides (``STRIDE``), so that a source read back later (PyTorch's
+    history) can number the allocations between two marks."""
 
     def __init__(
         self,
         sources: Callable[[Callable[[], int]], list[MemorySource]],
         open_steps: Callable[[], tuple[int, ...]] = tuple,
     ) -> None:
-        self._count = itertools.count()
+        self._count = itertools.count(0, STRIDE)
         self._lock = threading.Lock()
         self._discover: Callable[[Callable[[], int]], list[MemorySource]] | None = sources
         self.sources: list[MemorySource] = []
         self.open_steps = open_steps
-        self.marks: list[MemoryMark] = []
+        self._edges: list[_Edge] = []
         self._each = False
-        self._skipped: list[int] = []  # the counts of the step edges not marked
         self._since = 0  # the count from which the sources in use were read
         self.why: str | None = None  # why the last ``log`` read nothing
 
@@ -89,53 +100,37 @@ class MemoryTracker:
         return next(self._count)  # atomic under the GIL
 
     def see_each(self) -> None:
-        """See each allocation where a source can, and mark every step's edges, from now on:
-        a memory budget needs the peaks between the edges, per step, and the allocations'
-        places (CuPy's hook)."""
+        """See each allocation's place where a source can, from now on: a memory budget
+        needs the peaks between the edges and the allocations' places (CuPy's hook,
+        PyTorch's stacks)."""
         self._each = True
         if isinstance(self._discover, Discovery):
             self._discover.each = True
             if self._discover.unseen == driver_memory.UNGATED:
                 self._discover.forget_jax()  # found before the gate: followed from the next mark
         self.sources = [s.hooked(self.tick) if isinstance(s, CupySource) else s for s in self.sources]
+        for source in self.sources:
+            if isinstance(source, TorchSource):
+                source.hooked()
 
     @property
     def name(self) -> str:
         return "+".join(s.name for s in self.sources)
 
     def mark(self, at: int, *, step: bool = False) -> int | None:
-        """A mark at ``at`` (the edge's own stamp): each source read, summed; its count,
-        ``None`` where no source is in use. A ``step``'s edge is marked only where every
-        source reads cheaply or the test gates memory: PyTorch's counters cost about 40 us a
-        read, which a step inside a window would add to the window's host time."""
+        """A mark at ``at`` (the edge's own stamp): each source read; its count, ``None``
+        where no source is in use. ``step``: a step's edge (a window's otherwise)."""
         if self._discover is not None:
             self._found(self._discover(self.tick))
         if not self.sources:
             return None
-        if step and not self._each and not all(s.cheap for s in self.sources):
-            self._skipped.append(self.tick())
-            return None
-        readings = [s.read() for s in self.sources]
-        held = sum(r[0] for r in readings)
-        # the stretch's peak: each source's own peak over the others' held (exact with one
-        # allocating source, an upper bound where two allocated in one stretch)
-        peak = max(r[1] + held - r[0] for r in readings)
-        reached = [r[2] for r in readings if r[2] is not None and r[1] + held - r[0] == peak]
-        reserved = [r[3] for r in readings if r[3] is not None]
-        reserved_peaks = [r[4] for r in readings if r[4] is not None]
+        readings = tuple(s.read() for s in self.sources)
         seq = self.tick()
-        mark = MemoryMark(
-            seq,
-            at,
-            held,
-            peak,
-            reached[0] if reached else None,
-            sum(reserved) if reserved else None,
-            sum(reserved_peaks) if reserved_peaks else None,
-            self.open_steps(),
-        )
+        for source in self.sources:
+            if isinstance(source, TorchSource):
+                source.edge(seq)
         with self._lock:
-            self.marks.append(mark)
+            self._edges.append(_Edge(seq, at, readings, self.open_steps()))
         return seq
 
     def _found(self, new: list[MemorySource]) -> None:
@@ -147,7 +142,7 @@ class MemoryTracker:
                 source.close()
             self.sources = []
             with self._lock:
-                self.marks.clear()
+                self._edges.clear()
             self._since = self.tick()
         self.sources += new
 
@@ -165,36 +160,67 @@ class MemoryTracker:
         """The marks and allocations between the marks ``lo`` and ``hi`` (all kept ones
         where not given); ``None`` where no source was in use or the memory cannot be read
         (``why`` says why)."""
+        with self._lock:
+            edges = list(self._edges)
+        settled = self._settle(edges)
         self.why = self.unseen(lo)
         if self.why is not None or not self.sources:
             return None
         lo = self._since if lo is None else lo
         hi = self.tick() if hi is None else hi
-        with self._lock:
-            marks = tuple(m for m in self.marks if lo <= m.seq <= hi)
-            stepped = not any(lo <= seq <= hi for seq in self._skipped)
-        counted = [s for s in self.sources if isinstance(s, Counted) and s.sees_each]
+        marks = tuple(_combine(e, settled) for e in edges if lo <= e.seq <= hi)
+        counted = [s for s in self.sources if s.sees_each]
         allocations = tuple(a for s in counted for a in s.taken(lo, hi)) if counted else None
         notes = [n for n in (getattr(s, "note", None) for s in self.sources) if n]
-        if not stepped:
-            notes.append(UNSTEPPED)
         every = len(counted) == len(self.sources)
-        return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every, stepped)
+        return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every)
+
+    def _settle(self, edges: list[_Edge]) -> list[dict[int, Reading] | None]:
+        """Each source's readings by mark where it is read back later (PyTorch's history)."""
+        opened = {e.seq: e.open for e in edges}
+
+        def step_of(seq: int) -> int | None:
+            return max(opened.get(seq, ()), default=None)  # the innermost: span ids grow inward
+
+        return [s.settle(step_of) if isinstance(s, TorchSource) else None for s in self.sources]
 
     def forget(self) -> None:
         """No window open: what was marked is accounted for."""
         with self._lock:
-            self.marks.clear()
-            self._skipped.clear()
+            self._edges.clear()
         for source in self.sources:
-            if isinstance(source, Counted):
-                source.forget()
+            source.forget()
 
     def close(self) -> None:
         for source in self.sources:
             source.close()
         self.sources = []
         self._discover = None
+
+
+def _combine(edge: _Edge, settled: list[dict[int, Reading] | None]) -> MemoryMark:
+    """A mark from its sources' readings, summed: each source's own peak over what the
+    others held (exact with one allocating source, an upper bound where two allocated in
+    one stretch)."""
+    readings = [
+        r if later is None else later.get(edge.seq, r)
+        for r, later in zip(edge.readings, settled + [None] * (len(edge.readings) - len(settled)))
+    ]
+    held = sum(r[0] for r in readings)
+    peak = max(r[1] + held - r[0] for r in readings)
+    reached = [r[2] for r in readings if r[2] is not None and r[1] + held - r[0] == peak]
+    reserved = [r[3] for r in readings if r[3] is not None]
+    reserved_peaks = [r[4] for r in readings if r[4] is not None]
+    return MemoryMark(
+        edge.seq,
+        edge.time,
+        held,
+        peak,
+        reached[0] if reached else None,
+        sum(reserved) if reserved else None,
+        sum(reserved_peaks) if reserved_peaks else None,
+        edge.open,
+    )
 
 
 def tracker_for(backend: Any) -> MemoryTracker:

@@ -1,7 +1,6 @@
 """The allocators a ``MemoryTracker`` reads (``capture.memory``), one class each:
 
-- ``TorchSource``: PyTorch's caching allocator (``torch.cuda.memory_stats``, its peak reset at
-  each mark: exact per stretch between marks, no allocation seen one by one);
+- ``torch_memory.TorchSource``: PyTorch's caching allocator, through its own history;
 - ``CupySource``: CuPy's pool, through a memory hook in the measuring thread (each
   allocation with its size and the line of the user's code that made it);
 - ``HostSource``: the host backend's pool, the same way;
@@ -23,12 +22,20 @@ from pytest_gpuprof.capture.stacks import Places
 
 class MemorySource(Protocol):
     name: str
-    cheap: bool  # read at every step's edge (else only at windows' edges, unless memory is gated)
+    sees_each: bool  # each allocation seen, with its size and place (``taken``)
 
     def read(self) -> tuple[int, int, int | None, int | None, int | None]:
         """Held now, the most held since the last read (the allocation that reached it,
         where known), reserved now and the most reserved since the last read; the peaks
         start again from now."""
+        ...
+
+    def taken(self, lo: int, hi: int) -> list[Allocation]:
+        """The allocations made between the marks ``lo`` and ``hi``, freed or live."""
+        ...
+
+    def forget(self) -> None:
+        """No window open: what was kept for one can go."""
         ...
 
     def close(self) -> None: ...
@@ -40,7 +47,6 @@ class Counted:
 
     name = "counted"
     sees_each = True
-    cheap = True
     note: str | None = None
 
     def __init__(self, tick: Callable[[], int], held: int = 0) -> None:
@@ -161,47 +167,7 @@ class CupySource(Counted):
             self._hook.__exit__(None, None, None)
 
 
-UNSTEPPED = (
-    "the steps' edges were not marked (PyTorch's counters cost about 40 us a read): a step's memory is not "
-    "measured; a memory budget on the test marks them"
-)
 EDGES_ONLY = (
     "CuPy's pool read at the edges of windows and steps only: a peak between two edges is not seen "
     "(a memory budget on the test turns on CuPy's allocation hook, which sees each allocation)"
 )
-
-
-class TorchSource:
-    """PyTorch's caching allocator on one device: its counters, the peaks reset at each read."""
-
-    name = "torch"
-    sees_each = False
-    cheap = False
-    note = (
-        "PyTorch's allocator is read by its counters at each window's and step's edge (their peaks are "
-        "reset there): its allocations' places are not seen"
-    )
-
-    def __init__(self, torch: Any, device: int) -> None:
-        self._cuda = torch.cuda
-        self._device = device
-        self._cuda.reset_peak_memory_stats(device)
-
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
-        # the nested form: ``memory_stats`` flattens every counter in Python, ten times dearer
-        stats = self._cuda.memory_stats_as_nested_dict(self._device)
-        self._cuda.reset_peak_memory_stats(self._device)
-        allocated, reserved = (
-            stats.get("allocated_bytes", {}).get("all", {}),
-            stats.get("reserved_bytes", {}).get("all", {}),
-        )
-        return (
-            int(allocated.get("current", 0)),
-            int(allocated.get("peak", 0)),
-            None,
-            int(reserved.get("current", 0)),
-            int(reserved.get("peak", 0)),
-        )
-
-    def close(self) -> None:
-        pass

@@ -22,6 +22,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import CodeType, FrameType
 
@@ -112,6 +113,25 @@ class Places:
                 place += f" > {self._file(under.co_filename)[1]}:{under.co_name}"
             self._places[key] = place
         return place
+
+
+    def of_frames(self, frames: Sequence[tuple[str, int, str]]) -> str:
+        """The place a recorded stack stands for (``frames``: file, line, function, innermost
+        first, as an allocator's history keeps them): the user's innermost frame, with the
+        library function it called; the innermost frame's function where none is the user's."""
+        for i, (filename, line, name) in enumerate(frames):
+            mine, shown = self._file(filename)
+            if not mine:
+                continue
+            place = f"{shown}:{line} {name}"
+            if i > 0:
+                lib_file, _, lib_name = frames[i - 1]
+                place += f" > {self._file(lib_file)[1]}:{lib_name}"
+            return place
+        if not frames:
+            return "(no Python frame)"
+        filename, _, name = frames[0]
+        return f"{self._file(filename)[1]}:{name}"
 
 
 def _called(below: list[CodeType]) -> CodeType | None:
