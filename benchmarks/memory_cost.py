@@ -2,14 +2,16 @@
 blocks of rounds, in turn (as ``interleaved.py`` does for the capture's sources).
 
 Run on a CUDA machine: ``python benchmarks/memory_cost.py LOOP [--cycles N]``, LOOP one of
-``graph`` (the CUDA-graph MLP of ``observer.py``: PyTorch's counters read at each round's
-edges), ``pytorch`` (its training loop, the same) or ``cupy`` (2,000 small elementwise
+``graph`` (the CUDA-graph MLP of ``observer.py``: PyTorch's allocator history on, its
+counters read at each window's start, the history read back after its end), ``pytorch``
+(its training loop, the same) or ``cupy`` (2,000 small elementwise
 operations a round, each allocating its output: CuPy's pool hook called for every one).
 ``jax`` (200 small jitted steps a round with JAX's platform allocator, each output its own
 mapping: the driver's allocation calls followed by CUPTI callbacks).
 ``memory`` marks at each round's edges, as a window's edges are marked; ``memory+steps``
 also marks a step's edge every 100 operations (``cupy``) or once a round (the others);
-``each+steps`` the same as under a memory budget (CuPy's allocation hook on).
+``each+steps`` the same as under a memory budget (CuPy's allocation hook on, PyTorch's
+history with each allocation's Python stack).
 Printed: the median over cycles of each block's median round (with its edge marks: what the
 test pays) and window (between them: what a window measures), against ``none``.
 """
@@ -93,7 +95,7 @@ def main() -> None:
             if tracker is not None and config.startswith("each"):
                 tracker.see_each()  # as under a memory budget: CuPy's hook on
             mark = (lambda t=tracker: t.mark(time.perf_counter_ns())) if tracker is not None else None
-            # a step's edge, as the plugin marks it (PyTorch's counters only under a memory gate)
+            # a step's edge, as the plugin marks it
             step = (lambda t=tracker: t.mark(time.perf_counter_ns(), step=True)) if tracker is not None else None
             walls, inside = [], []
             for _ in range(args.rounds + 1):
@@ -112,6 +114,9 @@ def main() -> None:
                     mark()
                 walls.append((time.perf_counter_ns() - start) / 1e6)
                 inside.append((closed - opened) / 1e6)
+                if tracker is not None:  # the window's figures, read after it (PyTorch's history), then let go
+                    tracker.log()
+                    tracker.forget()
             if tracker is not None:
                 read_by[config] = tracker.name or tracker.why
                 tracker.close()

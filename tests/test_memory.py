@@ -437,3 +437,58 @@ def test_a_window_that_allocated_nothing_says_no_memory_line_on_its_page():
     assert got.peak_bytes == 0 and got.peak_step is None
     m = metrics.Metrics(1.0, 1.0, 0.0, 1.0, 1.0, 1.0, None, None, 0.0, 0.0, 1, "host", memory=got)
     assert explain_memory(m, [], always=True) == []
+
+
+TOP = """
+import pytest
+
+def test_loop(gpuprof, gpu_workload):
+    def body():
+        with gpuprof.step("load"):
+            batch = gpu_workload.alloc(3 << 20)
+        with gpuprof.step("forward"):
+            activations = [gpu_workload.alloc(1 << 20) for _ in range(4)]
+            weights = gpu_workload.alloc(2 << 20)
+        del batch, activations, weights
+    gpuprof.measure(body, rounds=1, warmup=0)
+
+@pytest.mark.gpu_budget(max_memory="8 MiB")
+def test_over(gpuprof, gpu_workload):
+    def body():
+        big = gpu_workload.alloc(9 << 20)
+        del big
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+def test_memory_top_lists_the_places_live_at_each_peak_and_nothing_without_it(pytester):
+    pytester.makepyfile(test_top=TOP)
+    plain = pytester.runpytest("--gpu-budget", "--gpu-report=plain.json")
+    plain.assert_outcomes(passed=1, failed=1)
+    assert "--gpu-memory-top" not in plain.stdout.str()
+    result = pytester.runpytest("--gpu-budget", "--gpu-memory-top=2", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "where the device memory was at each test's peak (--gpu-memory-top):",
+            "test_top.py::test_loop: device memory peak 9.0 MiB (host), the 2 largest of 3 places live then:",
+            # a comprehension is a function of its own before Python 3.12
+            "  4.0 MiB in 4 allocations at test_top.py:8 * > pytest_gpuprof/harness/workload.py:alloc (step alloc)",
+            "  3.0 MiB at test_top.py:6 body > pytest_gpuprof/harness/workload.py:alloc (step alloc)",
+            "test_top.py::test_over: device memory peak 9.0 MiB (host), the 1 largest of 1 places live then:",
+        ]
+    )
+    # the failing test's own report section lists them too
+    section = result.stdout.str().split("Captured gpuprof call")[-1]
+    assert "9.0 MiB at test_top.py:16 body" in section
+    tests = {t["nodeid"]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    sites = tests["test_top.py::test_loop"]["metrics"]["memory"]["sites"]
+    assert sum(s["bytes"] for s in sites) == tests["test_top.py::test_loop"]["metrics"]["memory"]["peak_bytes"]
+    assert [s.get("count", 1) for s in sites] == [4, 1, 1]
+
+
+def test_memory_top_must_be_a_whole_number(pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--gpu-memory-top=-1")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--gpu-memory-top*"])

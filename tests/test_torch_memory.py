@@ -232,7 +232,11 @@ def test_replay_equals_a_brute_force_of_held_bytes(program, before):
 
 def test_a_recorded_stack_is_placed_at_the_users_innermost_frame():
     places = Places(roots=("/opt/libs",), here="/work")
-    frames = [("/opt/libs/torch/nn/modules/linear.py", 125, "forward"), ("/work/model.py", 40, "step"), ("/work/t.py", 3, "t")]
+    frames = [
+        ("/opt/libs/torch/nn/modules/linear.py", 125, "forward"),
+        ("/work/model.py", 40, "step"),
+        ("/work/t.py", 3, "t"),
+    ]
     assert places.of_frames(frames) == "model.py:40 step > torch/nn/modules/linear.py:forward"
     assert places.of_frames(frames[:1]) == "torch/nn/modules/linear.py:forward"
     assert places.of_frames([]) == "(no Python frame)"

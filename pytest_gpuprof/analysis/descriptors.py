@@ -206,6 +206,14 @@ METRICS: tuple[Metric, ...] = (
         aggregate="max",
         unseen_by=_MEMORY,
     ),
+    Metric(
+        "cached_bytes",
+        "memory",
+        "bytes",
+        "what the frameworks' pools kept at the window's end without the code holding it (a cache, not a leak)",
+        aggregate="max",
+        unseen_by=_MEMORY,
+    ),
     Metric("wall_ms", "what_if", "ms", "the predicted wall time of a scenario"),
     Metric("utilization", "what_if", "fraction", "the predicted true utilization of a scenario"),
 )

@@ -20,6 +20,7 @@ from typing import Any
 from pytest_gpuprof.analysis.model import Allocation, MemoryLog, Span
 
 LARGEST = 3  # the allocations a breach's message names
+SITES = 20  # the places of the allocations live at the peak that a window keeps (``--gpu-memory-top``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +31,13 @@ class Held:
     nbytes: int
     where: str
     step: str | None
+    count: int = 1  # the allocations it stands for (a site's, in ``sites``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bytes": self.nbytes, "where": self.where, "step": self.step}
+        out: dict[str, Any] = {"bytes": self.nbytes, "where": self.where, "step": self.step}
+        if self.count != 1:
+            out["count"] = self.count
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,11 @@ class MemoryMetrics:
     leaked_bytes: int | None = None
     largest: tuple[Held, ...] = ()  # live at the peak, largest first (sources that see each one)
     leaks: tuple[Held, ...] = ()  # per step: what it allocated and the window never freed
+    # the places of what was live at the peak, each with its bytes summed, largest first
+    sites: tuple[Held, ...] = ()
+    # what the frameworks' pools kept at the window's end without the code holding it
+    # (PyTorch's reserved over its allocated, CuPy's pool over its used): a cache, not a leak
+    cached_bytes: int | None = None
     note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +66,10 @@ class MemoryMetrics:
             "peak_step": self.peak_step,
             "source": self.source,
             "leaked_bytes": self.leaked_bytes,
+            "cached_bytes": self.cached_bytes,
         }
+        if self.sites:
+            out["sites"] = [h.to_dict() for h in self.sites]
         if self.largest:
             out["largest"] = [h.to_dict() for h in self.largest]
         if self.leaks:
@@ -93,6 +106,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
     largest: tuple[Held, ...] = ()
     leaks: tuple[Held, ...] = ()
+    sites: tuple[Held, ...] = ()
     # what the window kept: every allocation's count where the sources see each one, else
     # what the counters held more at the end than at the start
     leaked = max(marks[-1].held - base, 0)
@@ -106,6 +120,8 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         if peak_seq is not None:
             live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
             largest = tuple(_held(a, spans) for a in sorted(live, key=lambda a: (-a.nbytes, a.seq))[:LARGEST])
+            sites = _by_place(live, spans)[:SITES]
+    end = marks[-1]
     metrics = MemoryMetrics(
         peak_bytes=max(rises[top], 0),
         reserved_peak_bytes=max(reserved) if reserved else None,
@@ -115,6 +131,8 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         leaked_bytes=leaked,
         largest=largest,
         leaks=leaks,
+        sites=sites,
+        cached_bytes=None if end.reserved is None else max(end.reserved - end.held, 0),
         note=log.note,
     )
     return metrics, step_peaks
@@ -123,6 +141,20 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
 def _held(a: Allocation, spans: Mapping[int, Span]) -> Held:
     step = spans.get(a.span_id) if a.span_id is not None else None
     return Held(a.nbytes, a.where, step.name if step is not None else None)
+
+
+def _by_place(live: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[Held, ...]:
+    """The places of ``live``: each one's bytes and count, at the step of its largest."""
+    total: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
+    largest: dict[str, Allocation] = {}
+    for a in live:
+        total[a.where] += a.nbytes
+        count[a.where] += 1
+        if a.where not in largest or a.nbytes > largest[a.where].nbytes:
+            largest[a.where] = a
+    order = sorted(total, key=lambda where: (-total[where], where))
+    return tuple(Held(total[w], w, _held(largest[w], spans).step, count[w]) for w in order)
 
 
 def _by_step(kept: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[Held, ...]:

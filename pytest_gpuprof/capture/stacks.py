@@ -114,7 +114,6 @@ class Places:
             self._places[key] = place
         return place
 
-
     def of_frames(self, frames: Sequence[tuple[str, int, str]]) -> str:
         """The place a recorded stack stands for (``frames``: file, line, function, innermost
         first, as an allocator's history keeps them): the user's innermost frame, with the

@@ -89,6 +89,8 @@ class Settings:
     sort: str | None = None
     group_by: str | None = None
     csv: Path | None = None
+    # --gpu-memory-top: the places that held the most device memory at each test's peak (0: none)
+    memory_top: int = 0
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> Settings:
@@ -163,6 +165,7 @@ class Settings:
             sort=sort,
             group_by=opt("--gpu-group-by"),
             csv=output("--gpu-csv"),
+            memory_top=int(pick("--gpu-memory-top")),
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
 

@@ -195,6 +195,16 @@ TABLE: tuple[Option, ...] = (
         "the terminal table in groups: by module, class, param (the parameters' id) or name (the function)",
         choices=("module", "class", "param", "name"),
     ),
+    Option(
+        "--gpu-memory-top",
+        "the N places in each measured test's code that held the most device memory at its peak, in the "
+        "summary, the JSON and a failing test's report (records where each allocation was made: PyTorch's, "
+        "CuPy's and the host backend's)",
+        key="memory_top",
+        default=0,
+        number=Number(0, 1_000, whole=True),
+        metavar="N",
+    ),
     Option("--gpu-csv", "a CSV file: one row per test and window, the metrics' paths as columns", metavar="PATH"),
     Option(
         "--gpu-summary",

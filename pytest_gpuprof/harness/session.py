@@ -122,8 +122,8 @@ class GpuSession:
             disabled=s.disabled,
         )
         gated = any(t.metric.startswith("memory.") or t.metric.endswith(".memory_peak_bytes") for t in s.compare_fail)
-        if gated and profiler.spans.memory is not None:
-            profiler.spans.memory.see_each()  # a gate on memory needs its peaks between edges
+        if (gated or s.memory_top) and profiler.spans.memory is not None:
+            profiler.spans.memory.see_each()  # a gate on memory needs its peaks between edges, the top its places
         return profiler
 
     def _child_watch(self) -> ChildWatch | None:
@@ -375,6 +375,7 @@ class GpuSession:
         from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
         from pytest_gpuprof.output import columns
         from pytest_gpuprof.output.report import row_figures, rows
+        from pytest_gpuprof.output.text import memory_top
 
         raised = call.excinfo.value if call.excinfo is not None else None
         word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)
@@ -390,6 +391,9 @@ class GpuSession:
             compare = self.gate.lines(nodeid, result.changes)
             if compare:
                 lines += ["", "against the baseline:", *compare]
+            top = memory_top(nodeid, record.metrics.to_dict(), self.settings.memory_top)
+            if top:
+                lines += ["", *top]
             report.sections.append(("gpuprof", "\n".join(lines)))
 
     def view(self, nodeid: str) -> TestView:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.harness.config import Settings
+from pytest_gpuprof.output.text import memory_top
 from pytest_gpuprof.output.views import TestView
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
@@ -105,6 +106,16 @@ class Outputs:
             tr.write_line("")
             tr.write_line("budget breaches and where the time went:")
             for line in details:
+                tr.write_line(line)
+        top = [
+            line
+            for nodeid, v in views.items()
+            for line in memory_top(nodeid, v.test["metrics"], self.settings.memory_top)
+        ]
+        if top:
+            tr.write_line("")
+            tr.write_line("where the device memory was at each test's peak (--gpu-memory-top):")
+            for line in top:
                 tr.write_line(line)
         compare = [line for v in views.values() for line in v.compare]
         if compare:

@@ -7,8 +7,8 @@ breach (each metric's own, from its descriptor) and the text of a budget failure
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.descriptors import is_fraction, lookup
 from pytest_gpuprof.analysis.model import GIB, MIB, UNATTRIBUTED
@@ -78,6 +78,28 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
         )
     if m.note:
         lines.append(f"note: {m.note}")
+    return lines
+
+
+def memory_top(nodeid: str, metrics: Mapping[str, Any], n: int) -> list[str]:
+    """``--gpu-memory-top``: the ``n`` places of a test's code that held the most device
+    memory at its peak (``metrics``: its JSON figures), or why none is known."""
+    if n <= 0:
+        return []
+    memory = metrics.get("memory")
+    if memory is None:
+        return [f"{nodeid}: device memory not measured ({metrics.get('memory_unseen') or 'no allocator seen'})"]
+    sites = memory.get("sites") or []
+    head = f"{nodeid}: device memory peak {human_bytes(memory['peak_bytes'])} ({memory['source']})"
+    if not sites:
+        return [f"{head}: no allocation's place recorded ({memory.get('note') or 'none live at the peak'})"]
+    shown = sites[:n]
+    lines = [f"{head}, the {len(shown)} largest of {len(sites)} places live then:"]
+    for site in shown:
+        count = site.get("count", 1)
+        step = f" (step {site['step']})" if site.get("step") else ""
+        times = f" in {count} allocations" if count > 1 else ""
+        lines.append(f"  {human_bytes(site['bytes'])}{times} at {site['where']}{step}")
     return lines
 
 

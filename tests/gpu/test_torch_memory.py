@@ -1,0 +1,140 @@
+"""PyTorch's device memory as its users write tests: a step over its memory budget names
+the line that allocated the activation, a leak into a module-level list names its line
+while a warm cache passes, the test's own peak counters read the same with the plugin, and
+--gpu-memory-top lists the places live at the peak. Skipped without PyTorch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+GIB, MIB = 1 << 30, 1 << 20
+
+STEP = """
+import pytest
+import torch
+
+@pytest.mark.gpu_budget(max_memory="1 GiB")
+def test_train(gpuprof):
+    weights = torch.randn(1024, 1024, device="cuda")
+    def body():
+        with gpuprof.step("forward"):
+            activation = torch.empty(3 << 29, dtype=torch.uint8, device="cuda")
+            activation.fill_(1)
+        del activation
+        torch.cuda.synchronize()
+    gpuprof.measure(body, rounds=2, warmup=1)
+"""
+
+
+def test_a_pytorch_step_over_its_memory_names_the_line(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_step=STEP)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json")
+    print(result.stdout.str()[-3000:])
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*memory.peak_bytes 1.50 GiB (1,610,612,736 B) > 1.00 GiB (1,073,741,824 B) (max_memory)*",
+            "*live at the peak: 1.50 GiB at test_step.py:9 body (step forward)*",
+        ]
+    )
+
+
+LEAKS = """
+import pytest
+import torch
+
+KEPT = []
+
+@pytest.mark.gpu_budget(max_leaked_bytes=0)
+def test_leak(gpuprof):
+    torch.empty(1, device="cuda")
+    def body():
+        with gpuprof.step("cache"):
+            KEPT.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    gpuprof.measure(body, rounds=1, warmup=0)
+
+@pytest.mark.gpu_budget(max_leaked_bytes=0)
+def test_warm_cache(gpuprof):
+    torch.empty(1, device="cuda")
+    def body():
+        scratch = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        scratch.fill_(1)
+        del scratch
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+def test_a_leak_names_its_line_and_a_warm_cache_passes_saying_what_it_holds(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_leaks=LEAKS)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json")
+    print(result.stdout.str()[-3000:])
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*memory.leaked_bytes 64.0 MiB (67,108,864 B) > 0 B (0 B) (max_leaked_bytes)*",
+            "*never freed in the window: 64.0 MiB by step cache, largest at test_leaks.py:11 body*",
+        ]
+    )
+    tests = {t["nodeid"]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    warm = tests["test_leaks.py::test_warm_cache"]["metrics"]["memory"]
+    print(warm)
+    assert warm["leaked_bytes"] == 0 and warm["cached_bytes"] >= 64 * MIB
+
+
+def test_a_tests_own_peak_counters_read_the_same_with_the_plugin(gpuprof):
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def body():
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        activation = torch.empty(3 << 29, dtype=torch.uint8, device="cuda")
+        activation.fill_(1)
+        del activation
+        torch.cuda.synchronize()
+        seen.append(torch.cuda.max_memory_allocated() - base)
+
+    body()  # unmeasured
+    m = gpuprof.measure(body, rounds=2, warmup=1)
+    print(f"\nown rises {seen}; plugin {m.memory}")
+    assert m.memory is not None and m.memory.peak_bytes == seen[-1] == 3 << 29
+    assert len(set(seen)) == 1  # as without the plugin, every time
+
+
+TOP = """
+import torch
+
+def test_loop(gpuprof):
+    model = torch.nn.Linear(4096, 4096, device="cuda")
+    def body():
+        with gpuprof.step("load"):
+            batch = torch.randn(2048, 4096, device="cuda")
+            labels = torch.randint(0, 4096, (2048,), device="cuda")
+        with gpuprof.step("forward"):
+            hidden = model(batch)
+            scores = torch.softmax(hidden, dim=1)
+        with gpuprof.step("loss"):
+            loss = torch.nn.functional.cross_entropy(scores, labels)
+        del batch, labels, hidden, scores, loss
+        torch.cuda.synchronize()
+    gpuprof.measure(body, rounds=3, warmup=1)
+"""
+
+
+def test_memory_top_lists_five_places_summing_to_the_peak(pytester, plugin_args):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_top=TOP)
+    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-memory-top=5", "--gpu-report=r.json", "-s")
+    print(result.stdout.str()[-3000:])
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_top.py::test_loop: device memory peak * the 5 largest of * places live then:"])
+    memory = json.loads((pytester.path / "r.json").read_text())["tests"][0]["metrics"]["memory"]
+    top = sum(s["bytes"] for s in memory["sites"][:5])
+    print(memory)
+    assert abs(top - memory["peak_bytes"]) <= 0.01 * memory["peak_bytes"]
