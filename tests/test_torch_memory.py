@@ -253,3 +253,14 @@ def test_step_of_an_allocation_is_the_innermost_step_open_at_its_edge():
     spans = [Span("outer", 0, 0, 10, depth=0, span_id=1), Span("inner", 0, 0, 10, depth=1, span_id=2)]
     m, _ = memory_mod.compute(t.log(first, last), spans)
     assert m.leaks[0].step == "inner"
+
+
+def test_a_pytorch_without_the_history_reads_not_measured_with_the_reason(monkeypatch):
+    mem = FakeMemory()
+    torch = fake_torch(mem)
+    torch.cuda.memory = SimpleNamespace()  # no _record_memory_history
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    t = memory.MemoryTracker(memory.Discovery())
+    assert t.mark(0) is None
+    assert "PyTorch's allocator history could not be turned on (AttributeError" in (t.unseen() or "")

@@ -56,7 +56,10 @@ class Discovery:
         torch = sys.modules.get("torch")
         if "torch" not in self._seen and torch is not None and torch.cuda.is_initialized():
             self._seen.add("torch")
-            out.append(TorchSource(torch, torch.cuda.current_device(), stacks=self.each))
+            try:
+                out.append(TorchSource(torch, torch.cuda.current_device(), stacks=self.each))
+            except Exception as e:  # a PyTorch without the allocator's history (before 2.1)
+                self.unseen = f"PyTorch's allocator history could not be turned on ({type(e).__name__}: {e})"
         cupy = sys.modules.get("cupy")
         if "cupy" not in self._seen and cupy is not None:
             self._seen.add("cupy")
