@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import warnings
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -25,18 +24,13 @@ from pytest_gpuprof.harness.wrap_up import FILES, Outputs
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.budget import Budget
-from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.analysis.metrics import Metrics
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Window
-    from pytest_gpuprof.output.report import WindowBreach
-    from pytest_gpuprof.verdict.budget import Breach
 
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
@@ -175,70 +169,24 @@ class GpuSession:
         self.runtime.let_go()
 
     def result(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
-        """What the test measured and judged, kept where its verdict is built from: its
-        windows judged on its budget, every ``check()`` (whether the test caught its raise),
-        and the device work no window held. ``raised``: what the call raised, if anything."""
-        from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
-        from pytest_gpuprof.output.report import GpuRecord
+        """What the test measured and judged (``record.build``), kept where its verdict is
+        built from; its windows' traces written (``--gpu-trace``)."""
+        from pytest_gpuprof.harness import record
 
-        whole = not profiler.windows  # the test so far becomes its one window
-        windows = profiler.final_windows()
-        if not windows:
+        built = record.build(
+            nodeid, profiler, raised, enforced=self.settings.enforce, device=self.runtime.device_number
+        )
+        if built is None:
             return None
-        budget = profiler.budget
-        raised_errors: list[BaseException] = [c.error for c in profiler.verdicts if c.error is not None]
-        raised_errors += [w.error for w in windows if w.error is not None]
-        uncaught = None
-        if raised is not None and any(raised is e for e in raised_errors):
-            uncaught = raised
-        elif isinstance(raised, GpuBudgetExceeded) and raised_errors:
-            uncaught = raised_errors[-1]  # re-raised by a wrapper (hypothesis replays the example)
-        checks, failing, failing_metrics = [], None, None
-        for checked in profiler.verdicts:
-            budget = checked.verdict.budget.merged_over(budget)
-            # a raise hypothesis caught while it searched is not one the test caught
-            caught = checked.error is not None and checked.error is not uncaught
-            caught = caught and not (checked.example and raised is not None)
-            judged = 0 if whole and checked.window is None else checked.window
-            checks.append(Check(checked.verdict.breaches, expected=caught, asked=checked.asked, window=judged))
-            if checked.error is not None and checked.error is uncaught:
-                failing, failing_metrics = checks[-1], checked.metrics
-        judged_windows = [Judged(w.verdict.breaches, w.example) for w in windows]
-        counted, expected = window_rule(judged_windows, checks, failing, failed=raised is not None)
-        worst = counted[0].window if counted else None
-        primary = worst if worst is not None else _primary(windows)
-        metrics = windows[primary].metrics
-        if failing is not None and failing_metrics is not None and worst == failing.window:
-            metrics = failing_metrics  # what the failing check judged
-        problems = profiler.problems()
-        if problems:
-            metrics = replace(metrics, notes=(*metrics.notes, *problems))
-        window = windows[primary]
+        result, shown = built
         if self.settings.trace is not None:
             from pytest_gpuprof.output.trace import write_trace
 
-            shown = [primary, *sorted({b.window for b in counted if b.window not in (None, primary)})]
-            for index in shown:
-                timeline = windows[index].timeline
-                if timeline is not None:
-                    write_trace(self.settings.trace, nodeid, timeline, window=(index, len(windows), primary))
-        record = GpuRecord(
-            nodeid=nodeid,
-            metrics=metrics,
-            budget=budget,
-            breaches=counted,
-            enforced=self.settings.enforce,
-            windows=len(windows),
-            device=self.runtime.device_number,
-            checks=checks,
-            expected=expected,
-            failed_check=failing is not None,
-            unjudged=list(window.verdict.unjudged),
-            breached_windows=_breached_windows(windows, counted, primary, metrics),
-            outside=list(profiler.collector.outside),
-            all_windows=[(w.label, w.metrics) for w in windows],
-        )
-        result = self.results[nodeid] = TestResult(record, window.timeline, primary=primary)
+            count = result.record.windows
+            for index, window in shown:
+                if window.timeline is not None:
+                    write_trace(self.settings.trace, nodeid, window.timeline, window=(index, count, result.primary))
+        self.results[nodeid] = result
         return result
 
     def give_verdict(self, item: pytest.Item, raised: BaseException | None = None) -> None:
@@ -462,34 +410,6 @@ class GpuSession:
 
     def close(self) -> None:
         self.runtime.close()
-
-
-def _breached_windows(
-    windows: list[Window], counted: list[Breach], primary: int, metrics: Metrics
-) -> list[WindowBreach]:
-    """Every window whose breaches count against the test, worst first, with its figures
-    (the reported window's as the record holds them)."""
-    from pytest_gpuprof.output.report import WindowBreach
-
-    order = list(dict.fromkeys(b.window for b in counted))
-    return [
-        WindowBreach(
-            index if index is not None else primary,
-            windows[index if index is not None else primary].label,
-            len(windows),
-            tuple(b for b in counted if b.window == index),
-            metrics if index in (None, primary) else windows[index].metrics,
-        )
-        for index in order
-    ]
-
-
-def _primary(windows: list[Window]) -> int:
-    """The window a test is reported by: the first whose breach counts (not settled inside
-    its hypothesis example), else the first with a breach, else the last."""
-    breaching = [i for i, w in enumerate(windows) if w.verdict.breached]
-    counting = [i for i in breaching if not windows[i].settled]
-    return (counting or breaching or [len(windows) - 1])[0]
 
 
 def _warn(item: pytest.Item, message: str) -> bool:
