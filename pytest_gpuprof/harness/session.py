@@ -19,6 +19,7 @@ from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness.config import Settings, marker_budget
 from pytest_gpuprof.harness.gate import Gate
+from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
 from pytest_gpuprof.harness.wrap_up import FILES, Outputs
 from pytest_gpuprof.output.text import failure_message
@@ -67,10 +68,7 @@ class GpuSession:
         self.gate = Gate(settings)
         self.outputs = Outputs(config, settings)
         self.results: dict[str, TestResult] = {}  # measured here
-        self.outcomes: dict[str, tuple[str, bool]] = {}  # every test run here: outcome, xfail
-        self.runs: dict[str, int] = {}  # how many times each test's set-up ran (a rerun plugin repeats it)
-        self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
-        self.crashed: dict[str, str] = {}  # tests whose xdist worker died
+        self.tests = Outcomes()
         self.waited: dict[str, tuple[float, str]] = {}  # --gpu-exclusive: each wait (ms), for whom
         # tests the plugin failed, with the word their report shows: a budget, a regression
         self.failed_by_gate: dict[str, str] = {}
@@ -252,7 +250,7 @@ class GpuSession:
         check that its device memory came back. Only a test that passed is held to that: a
         failed test's traceback may still hold buffers, and an interrupted one (Ctrl-C)
         never finished."""
-        outcome = self.outcomes.get(nodeid, ("interrupted", False))[0]
+        outcome = self.tests.of(nodeid, "interrupted")[0]
         try:
             self.backend.synchronize()
         finally:
@@ -278,36 +276,18 @@ class GpuSession:
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     def logreport(self, report: pytest.TestReport) -> None:
-        if report.outcome == "rerun":
-            return  # a rerun plugin's name for a run it repeats: the final run's outcome counts
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            self.outcomes[report.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
-        elif report.when == "teardown" and report.outcome == "failed":
-            self.outcomes.setdefault(report.nodeid, ("failed", False))
-        view = getattr(report, "gpuprof", None)
-        if isinstance(view, dict):
-            self.views[report.nodeid] = TestView.from_dict(view)
-        if report.failed and (report.when == "???" or "crashed while running" in str(report.longrepr)):
-            # pytest-xdist's report for the test a worker was running when it died
-            self.crashed[report.nodeid] = str(report.longrepr).strip().splitlines()[-1][:300]
+        self.tests.logged(report)
 
     def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        # the outcome as the report is made: a rerun plugin logs its reports only after the
-        # whole run (and renames a repeated run's), so the log may not have said it yet
-        if call.when == "setup":
-            self.runs[item.nodeid] = self.runs.get(item.nodeid, 0) + 1
-            if self.runs[item.nodeid] > 1:
-                self.results.pop(item.nodeid, None)  # a rerun: its record is this run's alone
-        if call.when == "call" or (call.when == "setup" and report.outcome != "passed"):
-            self.outcomes[item.nodeid] = (report.outcome, hasattr(report, "wasxfail"))
+        if call.when == "setup" and self.tests.set_up(item.nodeid):
+            self.results.pop(item.nodeid, None)  # a rerun: its record is this run's alone
+        self.tests.made(item.nodeid, call.when, report)
         if call.when == "call" and report.failed:
             self._mark_gate_failure(item.nodeid, call, report)
         if call.when == "teardown" and call.excinfo is not None and isinstance(call.excinfo.value, GpuMemoryLeak):
             # the plugin's own finding: its one line, not a traceback through the plugin's source
             report.longrepr = f"GpuMemoryLeak: {call.excinfo.value}"
         if call.when == "teardown" and item.nodeid in self.results:
-            if report.failed:  # an error in tear-down (a leak, a fixture) fails the test
-                self.outcomes[item.nodeid] = ("failed", self.outcomes.get(item.nodeid, ("passed", False))[1])
             view = self.view(item.nodeid)
             # JUnit XML reads the tear-down report's properties: every measured test has them
             report.user_properties.extend(self.results[item.nodeid].record.properties())
@@ -349,8 +329,8 @@ class GpuSession:
 
         result = self.results[nodeid]
         record = result.record
-        record.outcome, record.xfail = self.outcomes.get(nodeid, ("passed", False))
-        record.reruns = self.runs.get(nodeid, 1) - 1
+        record.outcome, record.xfail = self.tests.of(nodeid)
+        record.reruns = self.tests.reruns(nodeid)
         record.waited_ms, record.waited_for = self.waited.get(nodeid, (0.0, ""))
         per_file = {
             f.what: f.per_test(record, result.timeline)
@@ -376,8 +356,8 @@ class GpuSession:
         """Every measured test once: in run order, or by test id where xdist workers
         report them in whatever order they finish."""
         if getattr(self.config.option, "dist", "no") != "no":
-            return dict(sorted(self.views.items()))
-        return self.views
+            return dict(sorted(self.tests.views.items()))
+        return self.tests.views
 
     def summary(self, terminalreporter: Any) -> None:
         if self.runtime.is_worker:
@@ -387,15 +367,15 @@ class GpuSession:
                 "gpuprof: --gpu-disable: the tests ran unmeasured: no figure was taken, no budget or gate judged"
             )
         title = ""
-        if self.views or self.crashed:  # else nothing to show, and nothing to start for it
-            truths = sorted({v.test["metrics"]["truth"] for v in self.views.values()}) or [self.runtime.truth]
+        if self.tests.views or self.tests.crashed:  # else nothing to show, and nothing to start for it
+            truths = sorted({v.test["metrics"]["truth"] for v in self.tests.views.values()}) or [self.runtime.truth]
             title = f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.backend_name})"
         # a test started the backend after pytest printed the header: say how it runs
         late = self.runtime.started and not self.settings.configured
         self.outputs.summary(
             terminalreporter,
             self._views(),
-            self.crashed,
+            self.tests.crashed,
             title=title,
             header=self.header() if late else [],
             compared_with=f"{self.gate.path} ({self.gate.chosen})" if self.gate.path else self.settings.compare,
@@ -406,7 +386,9 @@ class GpuSession:
         ``part``: why it is one shard of a run."""
         if self.runtime.is_worker:
             return True
-        return self.outputs.write(self._views(), self.crashed, self.runtime.machine, partial, not_a_baseline, part)
+        return self.outputs.write(
+            self._views(), self.tests.crashed, self.runtime.machine, partial, not_a_baseline, part
+        )
 
     def close(self) -> None:
         self.runtime.close()
