@@ -8,17 +8,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pytest_gpuprof.output.report import GpuRecord, WindowBreach
-from pytest_gpuprof.output.views import TestResult
+from pytest_gpuprof.output import columns
+from pytest_gpuprof.output.report import GpuRecord, WindowBreach, breach_details, row_figures, rows
+from pytest_gpuprof.output.text import memory_top
+from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
     from pytest_gpuprof.analysis.metrics import Metrics
     from pytest_gpuprof.harness.profiler import Profiler
     from pytest_gpuprof.harness.windows import Window
+    from pytest_gpuprof.harness.wrap_up import File
     from pytest_gpuprof.verdict.budget import Breach
 
-__all__ = ["build"]
+__all__ = ["build", "section", "view"]
 
 
 def build(
@@ -106,3 +112,33 @@ def _primary(windows: list[Window]) -> int:
     breaching = [i for i, w in enumerate(windows) if w.verdict.breached]
     counting = [i for i in breaching if not windows[i].settled]
     return (counting or breaching or [len(windows) - 1])[0]
+
+
+def view(result: TestResult, compare: list[str], machine: dict[str, Any], files: Sequence[File]) -> TestView:
+    """The test as every output reads it (``compare``: its lines against the baseline;
+    ``files``: the run's files that keep something of each test)."""
+    record = result.record
+    return TestView(
+        test=record.to_dict(),
+        rows=rows(record),
+        details=breach_details(record),
+        compare=compare,
+        machine=machine,
+        per_file={f.what: f.per_test(record, result.timeline) for f in files if f.per_test is not None},
+        figures=row_figures(record),
+    )
+
+
+def section(record: GpuRecord, compare: list[str], memory_places: int) -> str:
+    """The ``gpuprof`` report section of a test the plugin failed: the figures of the
+    windows that failed it, its changes against the baseline, the places that held the most
+    device memory at its peak (``--gpu-memory-top``)."""
+    shown = ("test", "wall_ms", "kernel_ms", "copy_ms", "utilization", "reported_utilization", "cause")
+    figures = zip(rows(record), row_figures(record), strict=True)
+    lines = columns.table([(record.nodeid, r, f) for r, f in figures], shown)
+    if compare:
+        lines += ["", "against the baseline:", *compare]
+    top = memory_top(record.nodeid, record.metrics.to_dict(), memory_places)
+    if top:
+        lines += ["", *top]
+    return "\n".join(lines)

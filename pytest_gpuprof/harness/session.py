@@ -300,10 +300,8 @@ class GpuSession:
         report says so (``pytest_report_teststatus``: ``G``, GPU BUDGET) and carries a
         ``gpuprof`` section with the figures of the windows that failed it, and its changes
         against the baseline (the failure's message says why)."""
+        from pytest_gpuprof.harness import record
         from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
-        from pytest_gpuprof.output import columns
-        from pytest_gpuprof.output.report import row_figures, rows
-        from pytest_gpuprof.output.text import memory_top
 
         raised = call.excinfo.value if call.excinfo is not None else None
         word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)
@@ -312,40 +310,19 @@ class GpuSession:
         report.gpuprof_failed = word  # type: ignore[attr-defined]
         result = self.results.get(nodeid)
         if result is not None:
-            record = result.record
-            shown = ("test", "wall_ms", "kernel_ms", "copy_ms", "utilization", "reported_utilization", "cause")
-            figures = zip(rows(record), row_figures(record), strict=True)
-            lines = columns.table([(nodeid, r, f) for r, f in figures], shown)
             compare = self.gate.lines(nodeid, result.changes)
-            if compare:
-                lines += ["", "against the baseline:", *compare]
-            top = memory_top(nodeid, record.metrics.to_dict(), self.settings.memory_top)
-            if top:
-                lines += ["", *top]
-            report.sections.append(("gpuprof", "\n".join(lines)))
+            report.sections.append(("gpuprof", record.section(result.record, compare, self.settings.memory_top)))
 
     def view(self, nodeid: str) -> TestView:
-        from pytest_gpuprof.output.report import breach_details, row_figures, rows
+        from pytest_gpuprof.harness import record
 
         result = self.results[nodeid]
-        record = result.record
-        record.outcome, record.xfail = self.tests.of(nodeid)
-        record.reruns = self.tests.reruns(nodeid)
-        record.waited_ms, record.waited_for = self.waited.get(nodeid, (0.0, ""))
-        per_file = {
-            f.what: f.per_test(record, result.timeline)
-            for f in FILES
-            if f.per_test is not None and f.where(self.settings) is not None
-        }
-        return TestView(
-            test=record.to_dict(),
-            rows=rows(record),
-            details=breach_details(record),
-            compare=self.gate.lines(nodeid, result.changes),
-            machine=self.runtime.machine(),
-            per_file=per_file,
-            figures=row_figures(record),
-        )
+        kept = result.record
+        kept.outcome, kept.xfail = self.tests.of(nodeid)
+        kept.reruns = self.tests.reruns(nodeid)
+        kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
+        per_file = [f for f in FILES if f.per_test is not None and f.where(self.settings) is not None]
+        return record.view(result, self.gate.lines(nodeid, result.changes), self.runtime.machine(), per_file)
 
     def load_baseline(self) -> None:
         if self.settings.compare is not None and self.runtime.runs_tests:
