@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuprof.harness import items
 from pytest_gpuprof.harness.config import OPTIONS, ConfigError, Settings, marker_budget
-from pytest_gpuprof.harness.session import DEVICE_FIXTURES, FIXTURES, PROFILER, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.harness.items import DEVICE_FIXTURES, FIXTURES
+from pytest_gpuprof.harness.session import PROFILER, GpuBudgetWarning, GpuSession
 
 __all__ = ["GpuBudgetWarning"]
 
@@ -123,7 +125,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A marker's mistake is a usage error before any test runs; the budget itself is read
-    when each test runs (``GpuSession.budget_of``), so that markers added later count."""
+    when each test runs (``items.budget_of``), so that markers added later count."""
     session = config.stash[SESSION]
     _warn_conftest_marks(config)
     selection = session.settings.selection
@@ -177,7 +179,7 @@ def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
 def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
     session = request.config.stash[SESSION]
-    profiler = session.profiler(session.budget_of(request.node), request.node.nodeid)
+    profiler = session.profiler(items.budget_of(session.settings, request.node), request.node.nodeid)
     request.node.stash[PROFILER] = profiler
     try:
         yield profiler
@@ -248,8 +250,8 @@ class SessionHooks:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         session = self._session
         # the markers as they read now: whatever added them since collection
-        budget = session.budget_of(item)
-        whole = session.measures_whole(item)
+        budget = items.budget_of(session.settings, item)
+        whole = items.measures_whole(session.settings, item)
         profiler = item.stash.get(PROFILER, None)
         if whole:
             profiler = session.profiler(budget, item.nodeid)

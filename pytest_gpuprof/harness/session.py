@@ -17,7 +17,8 @@ import pytest
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
-from pytest_gpuprof.harness.config import Settings, marker_budget
+from pytest_gpuprof.harness import items
+from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.harness.gate import Gate
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
 PROFILER = pytest.StashKey["Profiler"]()
-# the fixtures that measure a test; a test with a budget and neither is measured whole
-FIXTURES = frozenset({"gpuprof", "gpu_workload"})
-DEVICE_FIXTURES = FIXTURES | {"gpu_device"}
 
 
 # how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
@@ -127,41 +125,13 @@ class GpuSession:
 
         return ChildWatch()
 
-    def budget_of(self, item: pytest.Item) -> Budget:
-        """The test's budget as its ``gpu_budget`` markers read now, over the run's: read
-        when the test runs, so that a marker a plugin, a hook or ``applymarker`` added
-        after collection applies as one written on the function does."""
-        markers = list(item.iter_markers("gpu_budget"))
-        if not markers:
-            return self.settings.budget
-        return marker_budget(item.nodeid, markers, self.settings.budget)
-
-    def measures_whole(self, item: pytest.Item) -> bool:
-        """A test with a budget and no fixture: its whole call is the window."""
-        if self.settings.disabled or not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
-            return False
-        if item.get_closest_marker("gpu_budget") is not None:
-            return True
-        s = self.settings
-        return s.enforce and not s.budget.empty and item.get_closest_marker("gpu") is not None
-
-    def uses_device(self, item: pytest.Item) -> bool:
-        """Whether the test runs device work through the plugin: its fixtures, the ``gpu``
-        marker, or a budget that measures its whole call; never one skipped outright (a
-        ``gpu`` test where there is no CUDA device)."""
-        skipped = item.get_closest_marker("skip") is not None
-        return not skipped and (item.get_closest_marker("gpu") is not None or self._starts_backend(item))
-
-    def _starts_backend(self, item: pytest.Item) -> bool:
-        names = getattr(item, "fixturenames", ())
-        return not DEVICE_FIXTURES.isdisjoint(names) or self.measures_whole(item)
-
     def hold_device(self, item: pytest.Item) -> None:
         """Under ``--gpu-exclusive=auto``, hold the test's device alone among this plugin's
         processes from its set-up to its tear-down (``DeviceRuntime.hold``); CPU-only tests
         take no lock and run in parallel."""
-        if self.runtime.runs_tests and self.uses_device(item):
-            self.waited[item.nodeid] = self.runtime.hold(item.nodeid, start=self._starts_backend(item))
+        if self.runtime.runs_tests and items.uses_device(self.settings, item):
+            start = items.starts_backend(self.settings, item)
+            self.waited[item.nodeid] = self.runtime.hold(item.nodeid, start=start)
 
     def let_go(self) -> None:
         self.runtime.let_go()
@@ -201,7 +171,7 @@ class GpuSession:
                 pytest.fail(refusal, pytrace=False)
             return
         try:
-            profiler.rebudget(self.budget_of(item))  # applymarker inside the call counts too
+            profiler.rebudget(items.budget_of(self.settings, item))  # applymarker inside the call counts too
         except pytest.UsageError as e:
             if raised is None:
                 pytest.fail(str(e), pytrace=False)
@@ -226,24 +196,29 @@ class GpuSession:
             ]
             message = "\n".join(messages) or None
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        for line in record.unjudged:  # neither kept nor breached: said so, never a failure
-            _warn(item, f"GPU budget not judged: {line}")
-        if not profiler.budget.empty or record.gated:
-            for line in record.outside:
-                _warn(item, f"gpuprof: {line}")
-        unusable = self.gate.unusable(item.nodeid)
-        if unusable is not None:
-            _warn(item, f"gpuprof: baseline {unusable}")
-        for gate, cause in self.gate.inert_causes(result.changes).items():
-            _warn(item, f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}")
-        for line in profiler.problems():  # steps made and never entered, or never left
-            _warn(item, f"gpuprof: {line}")
+        for line in self._said(item.nodeid, result, profiler):
+            _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
             record.warned_as_error = True
         if failures:
             self.failed_by_gate[item.nodeid] = GPU_BUDGET if failures[0] is message else GPU_REGRESSION
             pytest.fail("\n".join(failures), pytrace=False)
+
+    def _said(self, nodeid: str, result: TestResult, profiler: Profiler) -> list[str]:
+        """What a test's warnings say besides a breach: limits not judged (never a failure),
+        device work no window held, a baseline or a gate that cannot judge it, steps made and
+        never entered or never left."""
+        record = result.record
+        lines = [f"GPU budget not judged: {line}" for line in record.unjudged]
+        if not profiler.budget.empty or record.gated:
+            lines += [f"gpuprof: {line}" for line in record.outside]
+        unusable = self.gate.unusable(nodeid)
+        if unusable is not None:
+            lines.append(f"gpuprof: baseline {unusable}")
+        inert = self.gate.inert_causes(result.changes)
+        lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in inert.items()]
+        return lines + [f"gpuprof: {line}" for line in profiler.problems()]
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and
