@@ -492,3 +492,18 @@ def test_memory_top_must_be_a_whole_number(pytester):
     result = pytester.runpytest("--gpu-memory-top=-1")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*--gpu-memory-top*"])
+
+
+def test_the_html_page_draws_the_device_memory_held_with_its_peak(pytester):
+    from plugin_runs import page_data_of
+
+    from pytest_gpuprof.analysis.lanes import MEMORY
+
+    pytester.makepyfile(test_top=TOP)
+    result = pytester.runpytest("--gpu-html=page.html", "-k", "test_loop")
+    result.assert_outcomes(passed=1)
+    (test,) = page_data_of((pytester.path / "page.html").read_text())["tests"]
+    (memory,) = [c for c in test["counters"] if c["name"] == MEMORY]
+    held = [v for _, v in memory["points"]]
+    assert memory["unit"] == "MiB" and max(held) == 9.0 and held[0] == held[-1] == 0.0
+    assert test["steps"]["load"]["memory_peak_bytes"] == 3 << 20  # the steps table's memory column

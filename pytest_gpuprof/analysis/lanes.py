@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.analysis.metrics import host_during_idle, idle_stretches
+from pytest_gpuprof.analysis.model import MIB
 from pytest_gpuprof.analysis.names import readable, short_names
 from pytest_gpuprof.analysis.occupancy import Geometry, coverage
 from pytest_gpuprof.analysis.processes import ProcessFigures
@@ -91,7 +92,29 @@ def build(timeline: Timeline) -> tuple[list[Lane], list[Counter]]:
         ]
         if points:
             counters.append(Counter(name, unit, points))
+    memory = memory_counter(timeline)
+    if memory is not None:
+        counters.append(memory)
     return lanes, counters
+
+
+MEMORY = "device memory held (a stretch's peak drawn at its end)"
+
+
+def memory_counter(timeline: Timeline) -> Counter | None:
+    """The device memory the window's code held over its start, at each edge of the window
+    and its steps, in MiB; each stretch's peak is drawn at the stretch's end (where in the
+    stretch it came is not known)."""
+    log = timeline.memory
+    if log is None or len(log.marks) < 2:
+        return None
+    marks = sorted(log.marks, key=lambda m: m.seq)
+    base, t0 = marks[0].held, timeline.start
+    points = [(max(marks[0].time - t0, 0), 0.0)]
+    for m in marks[1:]:
+        at = max(m.time - t0, 0)
+        points += [(at, (m.peak - base) / MIB), (at, (m.held - base) / MIB)]
+    return Counter(MEMORY, "MiB", points)
 
 
 def device_lane(kind: str, stream: int, processes: tuple[ProcessFigures, ...]) -> str:

@@ -265,12 +265,13 @@ function select(i) {
   }
   const steps = el("table", {id: "steps"});
   steps.append(el("tr", {}, ""));
-  steps.firstChild.append(...["step", "count", "host ms", "idle ms", "bytes", "GB/s", "pageable"].map(h => el("th", {}, h)));
+  steps.firstChild.append(...["step", "count", "host ms", "idle ms", "bytes", "GB/s", "pageable", "memory peak"].map(h => el("th", {}, h)));
   for (const [name, s] of Object.entries(t.steps)) {
     const r = el("tr");
     r.append(el("td", {}, name), el("td", {class: "num"}, String(s.count)), el("td", {class: "num"}, num(s.host_ms)),
       el("td", {class: "num"}, num(s.idle_ms)), el("td", {class: "num"}, String(s.bytes)),
-      el("td", {class: "num"}, s.gbps === null ? "-" : s.gbps.toFixed(1)), el("td", {}, String(s.pageable)));
+      el("td", {class: "num"}, s.gbps === null ? "-" : s.gbps.toFixed(1)), el("td", {}, String(s.pageable)),
+      el("td", {class: "num"}, s.memory_peak_bytes == null ? "-" : (s.memory_peak_bytes / 1048576).toFixed(1) + " MiB"));
     steps.append(r);
   }
   if (Object.keys(t.steps).length) d.append(el("h2", {}, "steps"), steps);
