@@ -10,7 +10,7 @@ import functools
 import html
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
@@ -29,12 +29,13 @@ class Run:
     created: str
     commit: str
     samples: tuple[float, ...]
+    median: float = field(init=False)  # of the samples, taken once: a fleet's history holds thousands
 
-    @property
-    def median(self) -> float:
+    def __post_init__(self) -> None:
         ordered = sorted(self.samples)
         middle = len(ordered) // 2
-        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        object.__setattr__(self, "median", median)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +62,21 @@ def history(
     tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)})
     out = []
     for nodeid in tests:
-        for metric in metrics:
-            runs = []
-            for number, s in enumerate(summaries, 1):
-                if nodeid not in s.tests:
-                    continue
-                if full:
-                    test = next(t for t in records[s.key]["tests"] if t["nodeid"] == nodeid)
-                    samples = samples_of(test, metric)
-                else:
-                    samples = s.tests[nodeid].get(metric, [])
+        runs: dict[str, list[Run]] = {metric: [] for metric in metrics}
+        for number, s in enumerate(summaries, 1):  # one pass a test, every metric at once
+            figures = s.tests.get(nodeid)
+            if figures is None:
+                continue
+            test = next(t for t in records[s.key]["tests"] if t["nodeid"] == nodeid) if full else None
+            name, commit = f"{number:04d}_{s.name}", s.commit[:10]
+            for metric in metrics:
+                samples = samples_of(test, metric) if test is not None else figures.get(metric, [])
                 if samples:
-                    runs.append(Run(f"{number:04d}_{s.name}", s.created, s.commit[:10], tuple(samples)))
-            if runs:
-                points = change_points([r.median for r in runs])
-                out.append(Series(nodeid, metric, tuple(runs), tuple(points)))
+                    runs[metric].append(Run(name, s.created, commit, tuple(samples)))
+        for metric in metrics:
+            if runs[metric]:
+                points = change_points([r.median for r in runs[metric]])
+                out.append(Series(nodeid, metric, tuple(runs[metric]), tuple(points)))
     return out
 
 
