@@ -264,3 +264,17 @@ def test_a_pytorch_without_the_history_reads_not_measured_with_the_reason(monkey
     t = memory.MemoryTracker(memory.Discovery())
     assert t.mark(0) is None
     assert "PyTorch's allocator history could not be turned on (AttributeError" in (t.unseen() or "")
+
+
+def test_a_replay_that_misses_what_the_counters_hold_is_not_measured():
+    """Events the replay cannot place (here: none carry a tag or a stamp after the edges)
+    would read 0: the counters read at the window's end say otherwise, and the figure is
+    "not measured", never a silently wrong one."""
+    mem = FakeMemory(tagged=False)
+    t = tracker(mem, stacks=False)
+    first = t.mark(0)
+    mem._clock = itertools.count(0)  # the allocator's stamps from now on before the edges'
+    mem.alloc(5 * MIB)
+    last = t.mark(1)
+    assert t.log(first, last) is None
+    assert "accounts for 0 bytes held where its counters say 5,242,880" in t.why

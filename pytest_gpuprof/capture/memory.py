@@ -131,7 +131,7 @@ class MemoryTracker:
         seq = self.tick()
         for source in self.sources:
             if isinstance(source, TorchSource):
-                source.edge(seq)
+                source.edge(seq, step=step)
         with self._lock:
             self._edges.append(_Edge(seq, at, readings, self.open_steps()))
         return seq

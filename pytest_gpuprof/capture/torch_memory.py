@@ -12,9 +12,10 @@ once (``settle``), replayed from what the counters held at the window's start, a
 the edges: each stretch's peak, the allocation that reached it, what each allocation was
 and where it came from. The ring is emptied once no window is open.
 
-What it does not see: a window of more allocations than the ring holds (its figures are then
-"not measured", and the note says why); allocations of other threads between two edges are
-placed by their tag like the rest.
+What it does not see: a window of more allocations than the ring holds. Its figures are then
+"not measured", and the note says why; so are they wherever the replay does not reach what
+the counters hold at a window's end (read there, outside the window), whatever the cause.
+Allocations of other threads between two edges are placed by their tag like the rest.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class TorchSource:
         self._start: tuple[int, int] | None = None  # the counters at the first edge since the ring was emptied
         self._edges: list[tuple[int, int]] = []  # (seq, wall-clock ns) of each edge since then
         self._made: list[Allocation] = []
+        self._counted: dict[int, int] = {}  # what the counters held at a window's later edges, by seq
         self.now = time.time_ns  # the clock of the allocator's stamps, where it keeps no tag
         self._on(stacks)
 
@@ -141,10 +143,13 @@ class TorchSource:
             return held, held, None, reserved, reserved
         return 0, 0, None, None, None
 
-    def edge(self, seq: int) -> None:
-        """Tag what the allocator does from now on with the edge's ``seq``."""
+    def edge(self, seq: int, *, step: bool = False) -> None:
+        """Tag what the allocator does from now on with the edge's ``seq``. At a window's
+        edge after its first, the counters are read too: what the replay must reach."""
         if self._tagged:
             self._memory._set_memory_metadata(f"{TAG}{seq}")
+        if not step and self._edges:
+            self._counted[seq] = self._counters()[0]
         self._edges.append((seq, self.now()))
 
     def settle(self, step_of: Callable[[int], int | None]) -> dict[int, Reading]:
@@ -161,6 +166,12 @@ class TorchSource:
         place = self._where if self.sees_each else None
         seqs = [s for s, _ in self._edges]
         readings, self._made = replay(self._placed(trace), seqs, self._start, place=place, step_of=step_of)
+        for seq, held in self._counted.items():
+            if seq in readings and readings[seq][0] != held:  # never a silently wrong figure
+                self.failed = (
+                    f"PyTorch's allocator history accounts for {readings[seq][0]:,} bytes held where its counters "
+                    f"say {held:,}: its memory is not measured"
+                )
         return readings
 
     def _placed(self, trace: Sequence[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
@@ -194,7 +205,7 @@ class TorchSource:
         """No window open: empty the ring, and read the counters again at the next edge."""
         self._memory._record_memory_history(enabled=None)
         self._on(self.sees_each)
-        self._start, self._edges, self._made = None, [], []
+        self._start, self._edges, self._made, self._counted = None, [], [], {}
         if self._tagged:
             self._memory._set_memory_metadata("")
 
