@@ -176,17 +176,15 @@ class TorchSource:
 
     def _placed(self, trace: Sequence[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
         """The events after the first edge, each with the seq of the edge it followed: its
-        tag where the allocator keeps one, else its stamp against the edges' clock."""
+        tag where the allocator kept one, else its stamp against the edges' clock."""
         seqs = {s for s, _ in self._edges}
         for event in trace:
             tag = event.get("user_metadata") or ""
-            if self._tagged and tag.startswith(TAG):
+            if tag.startswith(TAG):
                 edge = int(tag[len(TAG) :])
                 if edge in seqs:
                     yield {**event, "edge": edge}
-                continue
-            if self._tagged:
-                continue  # before the first edge: in the counters read there
+                continue  # an edge of an earlier window: in the counters read at this one's start
             # the allocator stamps to the microsecond: an event of an edge's microsecond is after it
             stamp = int(event.get("time_us", 0))
             after = [s for s, ns in self._edges if ns // 1000 <= stamp]
