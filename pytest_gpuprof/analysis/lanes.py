@@ -6,6 +6,7 @@ Both the Perfetto trace and the HTML report are drawn from these; pure functions
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,9 +112,10 @@ def memory_counter(timeline: Timeline) -> Counter | None:
     marks = sorted(log.marks, key=lambda m: m.seq)
     base, t0 = marks[0].held, timeline.start
     points = [(max(marks[0].time - t0, 0), 0.0)]
-    for m in marks[1:]:
+    for before, m in itertools.pairwise(marks):
         at = max(m.time - t0, 0)
-        points += [(at, (m.peak - base) / MIB), (at, (m.held - base) / MIB)]
+        # flat until the edge (what happened between is known only as the stretch's peak)
+        points += [(at, (before.held - base) / MIB), (at, (m.peak - base) / MIB), (at, (m.held - base) / MIB)]
     return Counter(MEMORY, "MiB", points)
 
 
