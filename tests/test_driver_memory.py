@@ -285,11 +285,17 @@ def test_another_subscriber_is_named_as_the_reason(jax, monkeypatch):
 class FrozenSource:
     """A framework's source that was in use before JAX started."""
 
-    name, sees_each, cheap, note = "cupy", False, True, None
+    name, sees_each, note = "cupy", False, None
     closed = False
 
     def read(self):
         return 10, 10, None, None, None
+
+    def edge(self, seq, *, step=False):
+        pass
+
+    def settle(self, step_of):
+        return None
 
     def close(self):
         self.closed = True

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pytest_gpuprof.capture.memory_sources import Counted
+from pytest_gpuprof.capture.memory_sources import Counted, Reading
 
 # the driver's calls, by how their parameters give the address and the size (CUDA's
 # ``*_params`` structs: each field a 64-bit word here)
@@ -104,7 +104,7 @@ class DriverSource(Counted):
         except Exception as e:  # never into the driver: the figures are said to be unsound instead
             self.failed = f"a {data.function_name} call could not be read ({e})"
 
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+    def read(self) -> Reading:
         held, peak, seq, _, _ = super().read()
         return held, peak, seq, held, peak  # what the driver handed out is what the process reserved
 

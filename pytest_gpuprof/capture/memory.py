@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 
 from pytest_gpuprof.analysis.model import MemoryLog, MemoryMark
 from pytest_gpuprof.capture import driver_memory
-from pytest_gpuprof.capture.memory_sources import CupySource, HostSource, MemorySource
-from pytest_gpuprof.capture.torch_memory import STRIDE, Reading, TorchSource
+from pytest_gpuprof.capture.memory_sources import CupySource, HostSource, MemorySource, Reading
+from pytest_gpuprof.capture.torch_memory import STRIDE, TorchSource
 
 __all__ = ["Discovery", "MemorySource", "MemoryTracker", "tracker_for"]
 
@@ -111,10 +111,7 @@ class MemoryTracker:
             self._discover.each = True
             if self._discover.unseen == driver_memory.UNGATED:
                 self._discover.forget_jax()  # found before the gate: followed from the next mark
-        self.sources = [s.hooked(self.tick) if isinstance(s, CupySource) else s for s in self.sources]
-        for source in self.sources:
-            if isinstance(source, TorchSource):
-                source.hooked()
+        self.sources = [s.hooked(self.tick) if isinstance(s, (CupySource, TorchSource)) else s for s in self.sources]
 
     @property
     def name(self) -> str:
@@ -130,8 +127,7 @@ class MemoryTracker:
         readings = tuple(s.read() for s in self.sources)
         seq = self.tick()
         for source in self.sources:
-            if isinstance(source, TorchSource):
-                source.edge(seq, step=step)
+            source.edge(seq, step=step)
         with self._lock:
             self._edges.append(_Edge(seq, at, readings, self.open_steps()))
         return seq
@@ -185,7 +181,7 @@ class MemoryTracker:
         def step_of(seq: int) -> int | None:
             return max(opened.get(seq, ()), default=None)  # the innermost: span ids grow inward
 
-        return [s.settle(step_of) if isinstance(s, TorchSource) else None for s in self.sources]
+        return [s.settle(step_of) for s in self.sources]
 
     def forget(self) -> None:
         """No window open: what was marked is accounted for."""
@@ -205,10 +201,8 @@ def _combine(edge: _Edge, settled: list[dict[int, Reading] | None]) -> MemoryMar
     """A mark from its sources' readings, summed: each source's own peak over what the
     others held (exact with one allocating source, an upper bound where two allocated in
     one stretch)."""
-    readings = [
-        r if later is None else later.get(edge.seq, r)
-        for r, later in zip(edge.readings, settled + [None] * (len(edge.readings) - len(settled)))
-    ]
+    # the sources only grow while edges are kept: ``settled`` is at least as long as ``readings``
+    readings = [r if later is None else later.get(edge.seq, r) for r, later in zip(edge.readings, settled)]
     held = sum(r[0] for r in readings)
     peak = max(r[1] + held - r[0] for r in readings)
     reached = [r[2] for r in readings if r[2] is not None and r[1] + held - r[0] == peak]

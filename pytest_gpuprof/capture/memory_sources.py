@@ -19,12 +19,14 @@ from pytest_gpuprof.analysis.model import Allocation
 from pytest_gpuprof.capture.span_stack import current_span_id
 from pytest_gpuprof.capture.stacks import Places
 
+Reading = tuple[int, int, int | None, int | None, int | None]  # held, peak, peak_seq, reserved, reserved_peak
+
 
 class MemorySource(Protocol):
     name: str
     sees_each: bool  # each allocation seen, with its size and place (``taken``)
 
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+    def read(self) -> Reading:
         """Held now, the most held since the last read (the allocation that reached it,
         where known), reserved now and the most reserved since the last read; the peaks
         start again from now."""
@@ -32,6 +34,16 @@ class MemorySource(Protocol):
 
     def taken(self, lo: int, hi: int) -> list[Allocation]:
         """The allocations made between the marks ``lo`` and ``hi``, freed or live."""
+        ...
+
+    def edge(self, seq: int, *, step: bool = False) -> None:
+        """A mark was taken at ``seq`` (after ``read``); ``step``: a step's edge."""
+        ...
+
+    def settle(self, step_of: Callable[[int], int | None]) -> dict[int, Reading] | None:
+        """The readings by mark of a source read back after the window (PyTorch's history),
+        the allocations numbered by the mark they followed (``step_of``: its innermost step);
+        ``None``: ``read`` gave them as the marks were taken."""
         ...
 
     def forget(self) -> None:
@@ -60,7 +72,7 @@ class Counted:
         self.done: list[Allocation] = []
         self._places = Places()
 
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+    def read(self) -> Reading:
         with self._lock:
             out = (self.held, self.peak, self.peak_seq, self.reserved, self.reserved_peak)
             self.peak, self.peak_seq, self.reserved_peak = self.held, None, self.reserved
@@ -84,6 +96,12 @@ class Counted:
             live = self.allocations.pop(address, None)
             if live is not None:
                 self.done.append(live._replace(end_seq=seq))
+
+    def edge(self, seq: int, *, step: bool = False) -> None:
+        pass  # read as the marks are taken
+
+    def settle(self, step_of: Callable[[int], int | None]) -> dict[int, Reading] | None:
+        return None
 
     def taken(self, lo: int, hi: int) -> list[Allocation]:
         """The allocations made between the marks ``lo`` and ``hi``, freed or live."""
@@ -147,7 +165,7 @@ class CupySource(Counted):
         self._hook = Hook()
         self._hook.__enter__()
 
-    def read(self) -> tuple[int, int, int | None, int | None, int | None]:
+    def read(self) -> Reading:
         # the pool grows only as it allocates and shrinks only when trimmed: what it
         # reserved is read at the marks, not at every allocation
         reserved = int(self._pool.total_bytes())

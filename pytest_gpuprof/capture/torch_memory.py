@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_gpuprof.analysis.model import Allocation
+from pytest_gpuprof.capture.memory_sources import Reading
 from pytest_gpuprof.capture.stacks import Places
 
-__all__ = ["RING", "Reading", "TorchSource", "replay"]
+__all__ = ["RING", "TorchSource", "replay"]
 
 RING = 1 << 20  # trace entries the allocator keeps (about 100-200 bytes each, in the host's memory)
 TAG = "gpuprof:"
@@ -36,7 +38,6 @@ TAG = "gpuprof:"
 # (the tracker counts in strides of STRIDE: ``capture.memory``)
 STRIDE = 1 << 20
 
-Reading = tuple[int, int, int | None, int | None, int | None]  # held, peak, peak_seq, reserved, reserved_peak
 
 _HELD = {"alloc": 1, "free_completed": -1}
 _RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -63,9 +64,9 @@ def replay(
     readings: dict[int, Reading] = {edges[0]: (held, held, None, reserved, reserved)}
     live: dict[int, Allocation] = {}
     made: list[Allocation] = []
-    by_edge: dict[int, list[Mapping[str, Any]]] = {e: [] for e in edges}
+    by_edge: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for event in events:
-        by_edge.setdefault(event["edge"], []).append(event)
+        by_edge[event["edge"]].append(event)
     for before, after in itertools.pairwise(edges):
         for i, event in enumerate(by_edge.get(before, ()), start=1):
             seq = before + min(i, STRIDE - 1)
@@ -96,8 +97,6 @@ class TorchSource:
     the allocator then takes the Python stack at each allocation, microseconds each."""
 
     name = "torch"
-    cheap = True  # an edge costs a tag, not a read of the counters
-    deferred = True  # read back at the window's end (``settle``), not at each edge
 
     def __init__(self, torch: Any, device: int, *, stacks: bool, places: Places | None = None) -> None:
         self._cuda = torch.cuda
@@ -120,7 +119,7 @@ class TorchSource:
             enabled="all", context="alloc" if stacks else None, stacks="python", max_entries=RING
         )
 
-    def hooked(self) -> TorchSource:
+    def hooked(self, tick: Callable[[], int]) -> TorchSource:
         """This source, recording each allocation's stack from the next window on."""
         if not self.sees_each:
             self.sees_each = True

@@ -296,7 +296,7 @@ class GpuSession:
         kept.outcome, kept.xfail = self.tests.of(nodeid)
         kept.reruns = self.tests.reruns(nodeid)
         kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
-        per_file = [f for f in FILES if f.per_test is not None and f.where(self.settings) is not None]
+        per_file = [f for f in FILES if f.where(self.settings) is not None]
         return record.view(result, self.gate.lines(nodeid, result.changes), self.runtime.machine(), per_file)
 
     def load_baseline(self) -> None:
