@@ -13,6 +13,16 @@ pytestmark = pytest.mark.gpu
 
 GIB, MIB = 1 << 30, 1 << 20
 
+
+def run(pytester, plugin_args, files, *args):
+    """A child pytest of ``files`` (name: source) with the plugin and a JSON report, its
+    output's end printed for the log."""
+    pytester.makepyfile(**files)
+    result = pytester.runpytest_subprocess(*plugin_args, *args, "--gpu-report=r.json")
+    print(result.stdout.str()[-3000:])
+    return result
+
+
 STEP = """
 import pytest
 import torch
@@ -32,9 +42,7 @@ def test_train(gpuprof):
 
 def test_a_pytorch_step_over_its_memory_names_the_line(pytester, plugin_args):
     pytest.importorskip("torch")
-    pytester.makepyfile(test_step=STEP)
-    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json")
-    print(result.stdout.str()[-3000:])
+    result = run(pytester, plugin_args, {"test_step": STEP}, "--gpu-budget")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -71,9 +79,7 @@ def test_warm_cache(gpuprof):
 
 def test_a_leak_names_its_line_and_a_warm_cache_passes_saying_what_it_holds(pytester, plugin_args):
     pytest.importorskip("torch")
-    pytester.makepyfile(test_leaks=LEAKS)
-    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-budget", "--gpu-report=r.json")
-    print(result.stdout.str()[-3000:])
+    result = run(pytester, plugin_args, {"test_leaks": LEAKS}, "--gpu-budget")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(
         [
@@ -129,9 +135,7 @@ def test_loop(gpuprof):
 
 def test_memory_top_lists_five_places_summing_to_the_peak(pytester, plugin_args):
     pytest.importorskip("torch")
-    pytester.makepyfile(test_top=TOP)
-    result = pytester.runpytest_subprocess(*plugin_args, "--gpu-memory-top=5", "--gpu-report=r.json", "-s")
-    print(result.stdout.str()[-3000:])
+    result = run(pytester, plugin_args, {"test_top": TOP}, "--gpu-memory-top=5", "-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_top.py::test_loop: device memory peak * the 5 largest of * places live then:"])
     memory = json.loads((pytester.path / "r.json").read_text())["tests"][0]["metrics"]["memory"]
