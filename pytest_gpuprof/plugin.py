@@ -138,7 +138,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marker_budget(item.nodeid, list(item.iter_markers("gpu_budget")), session.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
-        if "gpu" in keywords and item.get_closest_marker("gpu") is not None and session.backend_name != "cuda":
+        if "gpu" in keywords and item.get_closest_marker("gpu") is not None and not session.runtime.kind.gpu:
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
 
 

@@ -453,10 +453,10 @@ def test_the_backend_is_probed_on_the_device_asked_for(monkeypatch, pytestconfig
 
     def select(kind, device):
         probed.append(device)
-        return "cuda", f"CUDA device {device} is visible"
+        return backends.CUDA, f"CUDA device {device} is visible"
 
     monkeypatch.setattr(backends, "select", select)
     monkeypatch.setattr(backends, "cuda_device_count", lambda: 4)
     runtime = DeviceRuntime(pytestconfig, Settings(device=2))
-    assert runtime.select() == ("cuda", "CUDA device 2 is visible", 2)
+    assert runtime.select() == (backends.CUDA, "CUDA device 2 is visible", 2)
     assert probed == [2]

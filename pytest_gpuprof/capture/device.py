@@ -10,7 +10,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuprof.analysis.model import MIB
 from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
 
 
@@ -45,8 +44,7 @@ class GpuDevice:
 
     @property
     def calibration_bytes(self) -> int:
-        # 1 GiB reaches the plateau of a PCIe Gen5 link; the CPU plateaus far earlier.
-        return 1024 * MIB if self.backend.name == "cuda" else 64 * MIB
+        return self.backend.kind.calibration_bytes
 
     @cached_property
     def h2d_gbps(self) -> float:

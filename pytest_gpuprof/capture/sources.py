@@ -8,7 +8,7 @@ source that reads a record stream implements ``drain`` and little else.
 
 Adding one is one module and one registration line::
 
-    sources.register(KIND, lambda backend: MySource(backend) if backend.name == "host" else None)
+    sources.register(KIND, lambda backend: MySource(backend) if not backend.kind.gpu else None)
 
 When a backend starts, the latest registered factory that returns a source for it wins;
 where none does, the backend keeps its own (the host backend's stamps; CUPTI or CUDA

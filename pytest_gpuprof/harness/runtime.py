@@ -22,6 +22,7 @@ from pytest_gpuprof.harness.config import Settings
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture import backends
+    from pytest_gpuprof.capture.backends import Kind
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.exclusive import DeviceLock
     from pytest_gpuprof.capture.gpm import Gpm
@@ -36,15 +37,15 @@ class DeviceRuntime:
         self.settings = settings  # as resolved at start-up: never replaced
         # this xdist worker's GPU, where it was spread over several (``capture.placement``)
         self.placed = placed
-        self._selected: tuple[str, str, int] | None = None  # backend, why, device index
+        self._selected: tuple[Kind, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
         self._machine: dict[str, Any] | None = None
         if settings.configured:
             self.select()
 
-    def select(self) -> tuple[str, str, int]:
-        """The backend's name, why it was chosen, and this process's device index."""
+    def select(self) -> tuple[Kind, str, int]:
+        """The backend's kind, why it was chosen, and this process's device index."""
         if self._selected is None:
             from pytest_gpuprof.capture import backends
 
@@ -52,20 +53,20 @@ class DeviceRuntime:
                 # the device asked for is the one probed (and named in the header); under
                 # --gpu-devices, any device tells whether CUDA is here, then this worker's is
                 probed = self.settings.device if self.settings.devices is None else 0
-                name, reason = backends.select(self.settings.backend, probed)
-                count = backends.cuda_device_count() if name == "cuda" else None
+                kind, reason = backends.select(self.settings.backend, probed)
+                count = backends.cuda_device_count() if kind.gpu else None
                 device = self._pick_device(count)
                 if count is not None and device >= count:
                     raise RuntimeError(f"--gpu-device={device}, but only {count} device(s) are visible")
-                if name == "host" and self.settings.devices is None and device != 0:
+                if not kind.gpu and self.settings.devices is None and device != 0:
                     raise RuntimeError(
                         f"--gpu-device={device}: the host backend has one device, 0 (the backend is host: {reason})"
                     )
-                if name == "cuda" and device != probed:
-                    name, reason = backends.select(self.settings.backend, device)
+                if kind.gpu and device != probed:
+                    kind, reason = backends.select(self.settings.backend, device)
             except RuntimeError as e:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
-            self._selected = name, reason, device
+            self._selected = kind, reason, device
         return self._selected
 
     def _pick_device(self, cuda_devices: int | None) -> int:
@@ -101,13 +102,20 @@ class DeviceRuntime:
     def device_number(self) -> int:
         """The device as the caller numbers it: this worker's place among the GPUs the
         caller's ``CUDA_VISIBLE_DEVICES`` lists where it was spread, else its index."""
-        if self.placed is not None and self.backend_name == "cuda":
+        if self.placed is not None and self.kind.gpu:
             return self.placed.number
         return self.device_index
 
     @property
-    def backend_name(self) -> str:
+    def kind(self) -> Kind:
+        """What the chosen backend can do (``capture.backends.Kind``)."""
         return self.select()[0]
+
+    @property
+    def virtual(self) -> bool:
+        """Whether the backend runs on a virtual clock: its figures do not depend on what
+        else runs, and no stack sampler or device lock has anything to do."""
+        return self.kind.virtual(self.settings.host_clock)
 
     @property
     def backend_reason(self) -> str:
@@ -146,7 +154,7 @@ class DeviceRuntime:
         starting = lock.starting() if lock is not None and not lock.held else contextlib.nullcontext(0.0)
         with starting as waited:
             self._backend = backends.create(
-                self.backend_name, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
+                self.kind, self.device_index, cupti=s.cupti, clock=s.host_clock, nvtx=s.nvtx
             )
         return waited
 
@@ -156,7 +164,7 @@ class DeviceRuntime:
         depend on what else runs."""
         if not self.settings.exclusive:
             return None
-        if self.backend_name == "host" and self.settings.host_clock == "virtual":
+        if self.virtual:
             return None
         if self._lock is None:
             from pytest_gpuprof.capture.exclusive import DeviceLock
@@ -167,7 +175,7 @@ class DeviceRuntime:
     def _device_key(self) -> str:
         """What names the device host-wide: a GPU's UUID, read from NVML without a CUDA
         context (this process may not hold the device yet)."""
-        if self.backend_name != "cuda":
+        if not self.kind.gpu:
             return f"host-{platform.node()}"
         from pytest_gpuprof.capture import nvml
 
@@ -197,11 +205,7 @@ class DeviceRuntime:
 
     @property
     def truth(self) -> str:
-        return (
-            self._backend.source.kind.name
-            if self._backend is not None
-            else ("host" if self.backend_name == "host" else "?")
-        )
+        return self._backend.source.kind.name if self._backend is not None else ("?" if self.kind.gpu else "host")
 
     @cached_property
     def device(self) -> GpuDevice:
@@ -220,7 +224,7 @@ class DeviceRuntime:
 
     @cached_property
     def sampler(self) -> NvmlSampler | None:
-        if not self.settings.nvml or self.backend_name != "cuda":
+        if not self.settings.nvml or not self.kind.gpu:
             return None
         from pytest_gpuprof.capture.nvml import NvmlSampler
 
@@ -230,7 +234,7 @@ class DeviceRuntime:
     def stacks(self) -> StackSampler | None:
         """The host's stack sampler, on a real clock only (virtual time is not the
         sampler's)."""
-        if not self.settings.sample or (self.backend_name == "host" and self.settings.host_clock == "virtual"):
+        if not self.settings.sample or self.virtual:
             return None
         from pytest_gpuprof.capture.stacks import StackSampler
 
@@ -240,8 +244,8 @@ class DeviceRuntime:
     def _gpm(self) -> tuple[Gpm | None, str]:
         if not self.settings.nvml:
             return None, "off (--gpu-no-nvml)"
-        if self.backend_name != "cuda":
-            return None, "off (host backend)"
+        if not self.kind.gpu:
+            return None, f"off ({self.kind.name} backend)"
         from pytest_gpuprof.capture.gpm import Gpm
 
         return Gpm.start(self.device_index)
@@ -253,8 +257,8 @@ class DeviceRuntime:
     def nvml_status(self) -> str:
         if not self.settings.nvml:
             return "off (--gpu-no-nvml)"
-        if self.backend_name != "cuda":
-            return "off (host backend: no GPU to sample)"
+        if not self.kind.gpu:
+            return f"off ({self.kind.name} backend: no GPU to sample)"
         from pytest_gpuprof.capture.nvml import probe
 
         return probe(self.device_index)
@@ -277,13 +281,13 @@ class DeviceRuntime:
                 "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"
             ]
         s = self.settings
-        lines = [f"gpuprof: backend {self.backend_name} ({self.backend_reason})"]
+        lines = [f"gpuprof: backend {self.kind.name} ({self.backend_reason})"]
         if self.placed is not None:
             lines.append(self.placed.describe(getattr(self.config, "workerinput", {}).get("workerid", "?")))
-        if self.backend_name == "cuda" and not self.runs_tests:
+        if self.kind.gpu and not self.runs_tests:
             why = "--collect-only" if self.config.option.collectonly else "each pytest-xdist worker starts its own"
             lines.append(f"gpuprof: device not started here ({why})")
-        elif self.backend_name == "cuda":
+        elif self.kind.gpu:
             info = self.backend.info()
             lines.append(
                 f"gpuprof: device {info.index} {info.name}, {info.memory_bytes / GIB:.0f} GiB, "

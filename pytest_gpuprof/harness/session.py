@@ -77,10 +77,6 @@ class GpuSession:
         return self.runtime.backend
 
     @property
-    def backend_name(self) -> str:
-        return self.runtime.backend_name
-
-    @property
     def backend_reason(self) -> str:
         return self.runtime.backend_reason
 
@@ -321,7 +317,7 @@ class GpuSession:
         title = ""
         if self.tests.views or self.tests.crashed:  # else nothing to show, and nothing to start for it
             truths = sorted({v.test["metrics"]["truth"] for v in self.tests.views.values()}) or [self.runtime.truth]
-            title = f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.backend_name})"
+            title = f"gpuprof: true GPU utilization (truth: {', '.join(truths)}, backend: {self.runtime.kind.name})"
         # a test started the backend after pytest printed the header: say how it runs
         late = self.runtime.started and not self.settings.configured
         self.outputs.summary(

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis.metrics import Metrics
-from pytest_gpuprof.analysis.model import GIB, MIB
+from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.clock import Clock, Joinable, Lock
 from pytest_gpuprof.capture.device import GpuDevice
@@ -24,13 +24,6 @@ from pytest_gpuprof.harness.profiler import Profiler
 
 Strategy = Literal["single-lock", "two-lock"]
 STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")
-
-# Kernel time per partition as a multiple of its measured pinned upload time. On a GPU,
-# the seed's proportions: ~86 ms of kernels per 4 GiB partition, whose upload takes ~78 ms
-# at the H200's 55 GB/s. On the host backend the copy engine and the kernels share the
-# same cores and memory bus, so copies slow down while kernels run; twice the upload time
-# keeps the two-lock pipeline kernel-bound there, as it is on the GPU.
-COMPUTE_PER_UPLOAD = {"cuda": 1.1, "host": 2.0}
 
 
 class GpuOutOfMemory(MemoryError):
@@ -49,11 +42,11 @@ class GpuWorkload:
     @property
     def default_upload_bytes(self) -> int:
         """4 GiB on a GPU (the seed's partition); 64 MiB on the host backend."""
-        return 4 * GIB if self.backend.name == "cuda" else 64 * MIB
+        return self.backend.kind.upload_bytes
 
     def compute_ms_for(self, upload_bytes: int) -> float:
         """Kernel time that keeps the seed's ratio to the measured pinned upload time."""
-        return COMPUTE_PER_UPLOAD[self.backend.name] * upload_bytes / (self.device.h2d_gbps * 1e6)
+        return self.backend.kind.compute_per_upload * upload_bytes / (self.device.h2d_gbps * 1e6)
 
     # primitives
     def alloc(self, nbytes: int) -> Any:

@@ -6,26 +6,25 @@ activity records or, failing that, CUDA events. Backends only produce timelines.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pytest_gpuprof.capture import sources
-from pytest_gpuprof.capture.backends.base import Backend, DeviceInfo
+from pytest_gpuprof.capture.backends.base import CUDA, HOST, KINDS, Backend, DeviceInfo, Kind
 
-__all__ = ["Backend", "DeviceInfo", "create", "cuda_device_count", "select"]
+__all__ = ["CUDA", "HOST", "KINDS", "Backend", "DeviceInfo", "Kind", "create", "cuda_device_count", "select"]
 
 
-def select(kind: str, device: int) -> tuple[Literal["cuda", "host"], str]:
-    """Which backend ``--gpu-backend=kind`` means here, and why; creates nothing."""
-    if kind == "host":
-        return "host", "asked for with --gpu-backend=host"
+def select(asked: str, device: int) -> tuple[Kind, str]:
+    """Which backend ``--gpu-backend=asked`` (auto, cuda or host) means here, and why;
+    creates nothing."""
+    if asked == HOST.name:
+        return HOST, "asked for with --gpu-backend=host"
     from pytest_gpuprof.capture.backends import cuda
 
     reason = cuda.unavailable(device)
     if reason is None:
-        return "cuda", f"CUDA device {device} is visible"
-    if kind == "cuda":
+        return CUDA, f"CUDA device {device} is visible"
+    if asked == CUDA.name:
         raise RuntimeError(f"--gpu-backend=cuda, but {reason}")
-    return "host", f"no CUDA device: {reason}"
+    return HOST, f"no CUDA device: {reason}"
 
 
 def cuda_device_count() -> int:
@@ -34,10 +33,11 @@ def cuda_device_count() -> int:
     return int(cupy.cuda.runtime.getDeviceCount())
 
 
-def create(name: str, device: int, *, cupti: bool, clock: str = "real", nvtx: bool = True) -> Backend:
-    """The backend, read by its own capture source or a registered one (``capture.sources``)."""
+def create(kind: Kind | str, device: int, *, cupti: bool, clock: str = "real", nvtx: bool = True) -> Backend:
+    """The backend of ``kind`` (or its name), read by its own capture source or a registered
+    one (``capture.sources``)."""
     backend: Backend
-    if name == "cuda":
+    if (KINDS[kind] if isinstance(kind, str) else kind) is CUDA:
         from pytest_gpuprof.capture.backends.cuda import CudaBackend
 
         backend = CudaBackend(device, cupti=cupti, nvtx=nvtx)

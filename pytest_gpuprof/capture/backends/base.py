@@ -6,8 +6,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from pytest_gpuprof.analysis.model import GIB, MIB
 from pytest_gpuprof.capture.clock import Clock
 from pytest_gpuprof.capture.trace_source import TraceSource
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a kind of backend can do: the session asks this, never the backend's name."""
+
+    name: Literal["cuda", "host"]
+    # a GPU: numbered devices, a host-wide UUID, NVML and GPM to sample, CUPTI, traced children
+    gpu: bool
+    # the clocks it runs on (``--gpu-host-clock``); a virtual one makes figures load-free
+    clocks: tuple[str, ...]
+    # the workloads' default upload (the seed's 4 GiB partition on a GPU)
+    upload_bytes: int
+    # what a bandwidth calibration copies: 1 GiB reaches a PCIe Gen5 link's plateau, the
+    # CPU plateaus far earlier
+    calibration_bytes: int
+    # kernel time per partition as a multiple of its measured pinned upload time. On a GPU,
+    # the seed's proportions: ~86 ms of kernels per 4 GiB partition, whose upload takes
+    # ~78 ms at the H200's 55 GB/s. On the host backend the copy engine and the kernels share
+    # the same cores and memory bus, so copies slow down while kernels run; twice the upload
+    # time keeps the two-lock pipeline kernel-bound there, as it is on the GPU.
+    compute_per_upload: float
+
+    def virtual(self, clock: str) -> bool:
+        """Whether ``clock`` (``--gpu-host-clock``) runs this backend on virtual time."""
+        return clock == "virtual" and "virtual" in self.clocks
+
+
+CUDA = Kind(
+    "cuda", gpu=True, clocks=("real",), upload_bytes=4 * GIB, calibration_bytes=1024 * MIB, compute_per_upload=1.1
+)
+HOST = Kind(
+    "host",
+    gpu=False,
+    clocks=("real", "virtual"),
+    upload_bytes=64 * MIB,
+    calibration_bytes=64 * MIB,
+    compute_per_upload=2.0,
+)
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (CUDA, HOST)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +76,9 @@ class Backend(Protocol):
 
     @property
     def name(self) -> Literal["cuda", "host"]: ...
+
+    # what it can do (``Kind``): what callers ask instead of its name
+    kind: Kind
 
     default_stream: Any
     # the time of every stamp, and the locks, events and threads that wait on it

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytest_gpuprof.capture.backends.base import DeviceInfo
+from pytest_gpuprof.capture.backends.base import CUDA, DeviceInfo
 from pytest_gpuprof.capture.backends.cuda_kernels import KINDS, Kernel, Kernels
 from pytest_gpuprof.capture.backends.cuda_sources import CuptiSource, EventsSource
 from pytest_gpuprof.capture.clock import Clock, RealClock
@@ -49,6 +49,7 @@ def unavailable(device: int) -> str | None:
 
 class CudaBackend:
     name: Literal["cuda"] = "cuda"
+    kind = CUDA
     clock: Clock = RealClock()
     source: TraceSource
 

@@ -23,7 +23,7 @@ import numpy as np
 from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval
-from pytest_gpuprof.capture.backends.base import DeviceInfo
+from pytest_gpuprof.capture.backends.base import HOST, DeviceInfo
 from pytest_gpuprof.capture.clock import Clock, RealClock
 from pytest_gpuprof.capture.span_stack import current_span_id
 from pytest_gpuprof.capture.trace_source import TraceSource
@@ -168,6 +168,7 @@ class HostStamps(TraceSource):
 
 class HostBackend:
     name: Literal["host"] = "host"
+    kind = HOST
     source: TraceSource
 
     def __init__(self, clock: Clock | None = None) -> None:
