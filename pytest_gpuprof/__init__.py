@@ -1,7 +1,9 @@
 """pytest-gpuprof: GPU performance as a test assertion.
 
 The names a test imports: ``GpuBudgetExceeded`` (a breached budget), ``GpuMemoryLeak``
-(device memory a test kept) and ``Metrics`` (a window's figures). They load lazily, so
+(device memory a test kept), ``GpuBudgetWarning`` (a breach reported without
+``--gpu-budget``: ``-W error::pytest_gpuprof.GpuBudgetWarning`` fails on it) and ``Metrics``
+(a window's figures). They load lazily, so
 that importing the package (as pytest does for its plugin) costs nothing.
 """
 
@@ -10,16 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["GpuBudgetExceeded", "GpuMemoryLeak", "Metrics", "__version__"]
+__all__ = ["GpuBudgetExceeded", "GpuBudgetWarning", "GpuMemoryLeak", "Metrics", "__version__"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
-    from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
-    from pytest_gpuprof.harness.session import GpuMemoryLeak
+    from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 
 _WHERE = {
-    "GpuBudgetExceeded": "pytest_gpuprof.harness.profiler",
-    "GpuMemoryLeak": "pytest_gpuprof.harness.session",
+    "GpuBudgetExceeded": "pytest_gpuprof.harness.errors",
+    "GpuBudgetWarning": "pytest_gpuprof.harness.errors",
+    "GpuMemoryLeak": "pytest_gpuprof.harness.errors",
     "Metrics": "pytest_gpuprof.analysis.metrics",
 }
 

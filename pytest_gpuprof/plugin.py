@@ -139,7 +139,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
         if "gpu" in keywords and item.get_closest_marker("gpu") is not None and not session.runtime.kind.gpu:
-            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.backend_reason}"))
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.runtime.backend_reason}"))
 
 
 def _uses_plugin(item: pytest.Item) -> bool:

@@ -43,10 +43,11 @@ def dead_pid():
 def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Channels
 
     watch, backend = ChildWatch(), HostBackend()
     try:
-        profiler = Profiler(backend, children=watch)
+        profiler = Profiler(backend, channels=Channels(children=watch))
         with profiler.window("w") as done:
             start = profiler.backend.clock.now()
             a, b = dead_pid(), dead_pid()
@@ -156,11 +157,12 @@ def test_the_message_lists_each_process():
 def test_a_native_program_the_test_starts_is_listed_as_not_seen_never_0():
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Channels
 
     # where no injection library could be had (``tests/test_injection.py``: where one can)
     watch, backend = ChildWatch(native=(None, "no injection library")), HostBackend()
     try:
-        profiler = Profiler(backend, children=watch)
+        profiler = Profiler(backend, channels=Channels(children=watch))
         with profiler.window("w") as done:
             with profiler.step("run"):
                 subprocess.run(["true"], check=True)  # a native program

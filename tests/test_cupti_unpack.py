@@ -365,7 +365,7 @@ def test_device_work_is_tied_to_the_call_that_issued_it():
 
 def test_nvtx_ranges_are_paired_by_id_and_named_by_domain(monkeypatch):
     from pytest_gpuprof.analysis.nvtx import RANGE_IDS
-    from pytest_gpuprof.capture import cupti_trace
+    from pytest_gpuprof.capture import cupti_records, cupti_trace
 
     monkeypatch.setattr(cupti_trace, "libcupti_path", lambda: "/opt/cuda/libcupti.so.13")
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
@@ -376,7 +376,7 @@ def test_nvtx_ranges_are_paired_by_id_and_named_by_domain(monkeypatch):
     capture.offset_ns = 0
     text = {name: ctypes.create_string_buffer(name.encode()) for name in ("upload", "train", "mydomain")}
     at = {name: ctypes.addressof(b) for name, b in text.items()}
-    start, end = cupti_trace.MARKER_START, cupti_trace.MARKER_END
+    start, end = cupti_records.MARKER_START, cupti_records.MARKER_END
     library.fill(
         [
             (12, start, 100, 1, 2, ((1, 77),), 0, at["upload"], 0),

@@ -8,6 +8,7 @@ from pytest_gpuprof.capture import gpm as gpm_mod
 from pytest_gpuprof.capture.backends.host import HostBackend
 from pytest_gpuprof.capture.clock import VirtualClock
 from pytest_gpuprof.harness.profiler import Profiler
+from pytest_gpuprof.harness.windows import Channels
 from pytest_gpuprof.verdict.budget import Budget
 
 
@@ -64,7 +65,9 @@ def test_a_window_carries_gpm_between_its_edges_and_frees_its_samples():
     nvml = FakeNvml()
     backend = HostBackend(VirtualClock())
     try:
-        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None, min_interval_s=0))
+        profiler = Profiler(
+            backend, budget=Budget(), channels=Channels(gpm=gpm_mod.Gpm(nvml, handle=None, min_interval_s=0))
+        )
         with profiler.window("w") as done:
             backend.compute(2.0)
         (window,) = done
@@ -80,8 +83,10 @@ def test_a_window_shorter_than_nvmls_gpm_refresh_has_no_gpm_figures():
     nvml = FakeNvml()
     backend = HostBackend(VirtualClock())
     try:
-        profiler = Profiler(backend, budget=Budget(), gpm=gpm_mod.Gpm(nvml, handle=None))
-        assert profiler.gpm is not None and profiler.gpm.min_interval_s == gpm_mod.MIN_INTERVAL_S == 0.1
+        profiler = Profiler(backend, budget=Budget(), channels=Channels(gpm=gpm_mod.Gpm(nvml, handle=None)))
+        assert (
+            profiler.channels.gpm is not None and profiler.channels.gpm.min_interval_s == gpm_mod.MIN_INTERVAL_S == 0.1
+        )
         with profiler.window("w") as done:  # virtual time: the samples are microseconds apart
             backend.compute(200.0)
         assert done[0].metrics.gpm is None and "gpm" not in done[0].metrics.to_dict()
@@ -105,6 +110,7 @@ def test_a_window_says_when_another_process_used_the_device():
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.clock import VirtualClock
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Channels
     from pytest_gpuprof.verdict.budget import Budget
 
     class Observer:
@@ -120,7 +126,7 @@ def test_a_window_says_when_another_process_used_the_device():
     backend = HostBackend(VirtualClock())
     try:
         for others, noted in (({4242: 87, 4343: 2}, True), ({4343: 2}, False), ({}, False)):
-            profiler = Profiler(backend, budget=Budget(), sampler=Observer(others))
+            profiler = Profiler(backend, budget=Budget(), channels=Channels(sampler=Observer(others)))
             m = profiler.measure(lambda: backend.compute(1.0), rounds=1, warmup=0)
             shared = [n for n in m.notes if n.startswith("another process used this device")]
             assert bool(shared) == noted

@@ -56,10 +56,11 @@ def run_in_window(*commands: list[str], env: dict[str, str] | None = None):
     """The processes of one window in which each command ran."""
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Channels
 
     watch, backend = ChildWatch(), HostBackend()
     try:
-        profiler = Profiler(backend, children=watch)
+        profiler = Profiler(backend, channels=Channels(children=watch))
         with profiler.window("w") as done, profiler.step("run"):
             for command in commands:
                 subprocess.run(command, env={**os.environ, **(env or {})}, check=False)

@@ -317,7 +317,7 @@ def test_gpuprof_check_asserts_now(pytester):
     pytester.makepyfile(
         """
         import pytest, time
-        from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
+        from pytest_gpuprof import GpuBudgetExceeded
 
         def test_check(gpuprof, gpu_workload):
             def body():
@@ -339,7 +339,7 @@ def test_gpuprof_check_asserts_now(pytester):
 def test_under_w_error_a_breach_fails_with_its_message(pytester):
     write_pyproject(pytester, "min_utilization = 0.5")
     pytester.makepyfile(IDLE_TEST)
-    result = pytester.runpytest("-W", "error::pytest_gpuprof.harness.session.GpuBudgetWarning")
+    result = pytester.runpytest("-W", "error::pytest_gpuprof.GpuBudgetWarning")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
     assert "Traceback" not in result.stdout.str()

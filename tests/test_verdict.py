@@ -632,7 +632,7 @@ def test_a_check_passing_or_failing_is_the_tests_recorded_verdict(pytester):
 
 def test_a_breach_failed_by_warnings_as_errors_reads_fail(pytester):
     pytester.makepyfile(UPLOAD_TEST.format(marker="@pytest.mark.gpu_budget(min_utilization=0.99)"))
-    result = pytester.runpytest("-W", "error::pytest_gpuprof.harness.session.GpuBudgetWarning", "--gpu-report=r.json")
+    result = pytester.runpytest("-W", "error::pytest_gpuprof.GpuBudgetWarning", "--gpu-report=r.json")
     result.assert_outcomes(failed=1)
     report = json.loads(pytester.path.joinpath("r.json").read_text())
     assert entry(report, "test_upload")["verdict"] == "FAIL: breach min_utilization"

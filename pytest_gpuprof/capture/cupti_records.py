@@ -7,13 +7,21 @@ of that work, in the host clock, each tied to its call (``_issuing_calls``).
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from pytest_gpuprof.analysis.device_work import NO_SPAN, ROW, DeviceWork
-from pytest_gpuprof.analysis.model import KINDS
+from pytest_gpuprof.analysis.model import KINDS, DeviceKind, Span
+from pytest_gpuprof.analysis.nvtx import RANGE_IDS, range_name
+
+# a record read from cupti-python's objects: kind, start, end, stream, name, bytes, pageable
+Record = tuple[DeviceKind, int, int, int, str, int, bool]
+# CUPTI_ACTIVITY_FLAG_MARKER_START and _END (cupti-python 13.0.1 names only the first)
+MARKER_START, MARKER_END = 1 << 1, 1 << 2
 
 # an API call, as the join needs it (sorted by correlation id): thread, host times of its
 # start and end
@@ -222,3 +230,57 @@ def _geometry(kernels: np.ndarray) -> dict[str, np.ndarray]:
         "registers": wide["registers_per_thread"],
         "shared": kernels["static_shared_memory"].astype(np.int64) + kernels["dynamic_shared_memory"].astype(np.int64),
     }
+
+
+def from_objects(
+    activities: list[Any], kinds: dict[Any, str], pageable: int, copy_names: dict[int, str]
+) -> list[Record]:
+    """Records from cupti-python's record objects (the fallback; valid only inside its
+    callback): ``kinds`` maps the kernel, memcpy and memset activity kinds to their names."""
+    kept: list[Record] = []
+    for a in activities:
+        kind = kinds.get(a.kind)
+        if kind == "kernel":
+            kept.append(("kernel", a.start, a.end, a.stream_id, a.name, 0, False))
+        elif kind == "memcpy":
+            paged = int(a.src_kind) == pageable or int(a.dst_kind) == pageable
+            name = copy_names.get(int(a.copy_kind), "copy")
+            kept.append(("memcpy", a.start, a.end, a.stream_id, name, a.bytes, paged))
+        elif kind == "memset":
+            kept.append(("memset", a.start, a.end, a.stream_id, "memset", a.bytes, False))
+    return kept
+
+
+class Markers:
+    """NVTX ranges from CUPTI's marker records: a start (with the name) and an end of one
+    id, on the thread that started it."""
+
+    def __init__(self) -> None:
+        self._ranges: list[Span] = []  # ended since the last ``take``
+        self._open: dict[int, Span] = {}  # by marker id
+
+    def add(self, markers: np.ndarray, offset_ns: int) -> None:
+        """Pair ``markers`` (CUPTI's clock, ``offset_ns`` ahead of the host's)."""
+        for flags, stamp, marker, thread, name, domain in zip(
+            markers["flags_"].tolist(),
+            markers["timestamp"].tolist(),
+            markers["id"].tolist(),
+            markers["object_id"]["pt"]["thread_id"].tolist(),
+            markers["name"].tolist(),
+            markers["domain"].tolist(),
+            strict=True,
+        ):
+            at = stamp - offset_ns
+            if flags & MARKER_START:
+                message = ctypes.string_at(name).decode(errors="replace") if name else ""
+                where = ctypes.string_at(domain).decode(errors="replace") if domain else ""
+                self._open[marker] = Span(range_name(message, where), thread, at, at, span_id=RANGE_IDS + marker)
+            elif flags & MARKER_END:
+                opened = self._open.pop(marker, None)
+                if opened is not None:
+                    self._ranges.append(Span(opened.name, opened.thread, opened.start, at, span_id=opened.span_id))
+
+    def take(self) -> tuple[list[Span], list[Span]]:
+        """The ranges that ended since the last call (forgotten now), and those open."""
+        finished, self._ranges = self._ranges, []
+        return finished, list(self._open.values())

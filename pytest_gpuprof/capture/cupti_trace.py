@@ -29,12 +29,9 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import RECORDS_LOST, DeviceInterval, DeviceKind, Span
-from pytest_gpuprof.analysis.nvtx import RANGE_IDS, range_name
+from pytest_gpuprof.analysis.model import RECORDS_LOST, DeviceInterval, Span
 from pytest_gpuprof.capture.cupti_buffers import BUFFER_BYTES, RawBuffers
-from pytest_gpuprof.capture.cupti_records import CALL, calls_of, records_of, unpack
-
-Record = tuple[DeviceKind, int, int, int, str, int, bool]
+from pytest_gpuprof.capture.cupti_records import CALL, Markers, Record, calls_of, from_objects, records_of, unpack
 
 # API calls kept from one drain to the next, waiting for the records of their device work
 KEPT_CALLS = 100_000
@@ -45,8 +42,6 @@ KEPT_CALLS = 100_000
 RECORDED_CALLS = re.compile(r"^cu(Launch\w*|Memcpy\w*|Memset\w*|GraphLaunch\w*|KernelGetName|DriverGetVersion)$")
 # NVTX hands its calls to the library this names (read at a process's first NVTX call)
 NVTX_INJECTION = "NVTX_INJECTION64_PATH"
-# CUPTI_ACTIVITY_FLAG_MARKER_START and _END (cupti-python 13.0.1 names only the first)
-MARKER_START, MARKER_END = 1 << 1, 1 << 2
 
 
 def start(*, nvtx: bool = True) -> tuple[CuptiCapture | None, str]:
@@ -110,6 +105,7 @@ class CuptiCapture:
         self._cupti = cupti
         kinds = cupti.ActivityKind
         self._kernel, self._memcpy, self._memset = kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET
+        self._kinds = {self._kernel: "kernel", self._memcpy: "memcpy", self._memset: "memset"}
         self._pageable = int(cupti.ActivityMemoryKind.PAGEABLE)
         self._copy_names = {int(k): k.name for k in cupti.ActivityMemcpyKind}
         self._layouts: dict[int, tuple[str, np.dtype]] = {}
@@ -147,9 +143,7 @@ class CuptiCapture:
         self._calls = np.zeros(0, dtype=CALL)
         self._mark = marker
         self.correlating = correlate and self._raw is not None and self._trace_calls()
-        # NVTX ranges: the finished ones since the last drain, and those still open by marker id
-        self._ranges: list[Span] = []
-        self._open: dict[int, Span] = {}
+        self.markers = Markers()  # NVTX ranges, from the marker records
         self.nvtx = "NVTX off (--gpu-nvtx=off)"
         if nvtx and self._raw is not None:
             self.nvtx = self._trace_ranges()
@@ -251,7 +245,7 @@ class CuptiCapture:
             self._raw.give_back(filled)
         for tables in every:
             if "marker" in tables:
-                self._add_ranges(tables["marker"])
+                self.markers.add(tables["marker"], self.offset_ns)
         calls = self._calls
         if self.correlating:
             calls = np.concatenate(
@@ -281,47 +275,13 @@ class CuptiCapture:
         self._calls = calls[max(int(np.searchsorted(calls["correlation_id"], last)) - 1, 0) :][-KEPT_CALLS:]
         return DeviceWork.join(kept)
 
-    def _add_ranges(self, markers: np.ndarray) -> None:
-        """NVTX ranges from CUPTI's marker records: a start (with the name) and an end of
-        one id, on the thread that started it."""
-        for flags, stamp, marker, thread, name, domain in zip(
-            markers["flags_"].tolist(),
-            markers["timestamp"].tolist(),
-            markers["id"].tolist(),
-            markers["object_id"]["pt"]["thread_id"].tolist(),
-            markers["name"].tolist(),
-            markers["domain"].tolist(),
-            strict=True,
-        ):
-            at = stamp - self.offset_ns
-            if flags & MARKER_START:
-                message = ctypes.string_at(name).decode(errors="replace") if name else ""
-                where = ctypes.string_at(domain).decode(errors="replace") if domain else ""
-                self._open[marker] = Span(range_name(message, where), thread, at, at, span_id=RANGE_IDS + marker)
-            elif flags & MARKER_END:
-                opened = self._open.pop(marker, None)
-                if opened is not None:
-                    self._ranges.append(Span(opened.name, opened.thread, opened.start, at, span_id=opened.span_id))
+    def _from_objects(self, activities: list[Any]) -> list[Record]:
+        return from_objects(activities, self._kinds, self._pageable, self._copy_names)
 
     def ranges(self) -> tuple[list[Span], list[Span]]:
         """The NVTX ranges that ended since the last call, and those open now (their end
         is their start), as drained."""
-        finished, self._ranges = self._ranges, []
-        return finished, list(self._open.values())
-
-    def _from_objects(self, activities: list[Any]) -> list[Record]:
-        kept: list[Record] = []
-        for a in activities:
-            kind = a.kind
-            if kind == self._kernel:
-                kept.append(("kernel", a.start, a.end, a.stream_id, a.name, 0, False))
-            elif kind == self._memcpy:
-                pageable = int(a.src_kind) == self._pageable or int(a.dst_kind) == self._pageable
-                name = self._copy_names.get(int(a.copy_kind), "copy")
-                kept.append(("memcpy", a.start, a.end, a.stream_id, name, a.bytes, pageable))
-            elif kind == self._memset:
-                kept.append(("memset", a.start, a.end, a.stream_id, "memset", a.bytes, False))
-        return kept
+        return self.markers.take()
 
     def stream_id(self, context: int, stream: int) -> int:
         """CUPTI's id of a CUDA stream handle, as activity records name it."""
@@ -368,7 +328,7 @@ class CuptiCapture:
         """Forget everything recorded so far (a test starts): the ranges that ended too;
         those still open stay open."""
         self._flush()
-        self._ranges = []
+        self.markers.take()
 
     def stop(self) -> None:
         self._flush()

@@ -10,13 +10,16 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuprof.harness.errors import GpuBudgetExceeded, budget_error
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
     from pytest_gpuprof.capture.backends import Backend
+    from pytest_gpuprof.harness.windows import Window
 
 # more measurements that must repeat a breach inside an example before it counts
 CONFIRMATIONS = 2
@@ -46,6 +49,19 @@ def _example_choices() -> tuple[Any, ...] | None:
 
     choices = getattr(current_build_context().data, "choices", None)
     return tuple(choices) if choices is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """One ``gpuprof.check()``: its verdict, the metrics it judged, what it raised, and
+    the keys it was asked about (``None``: the test's whole budget)."""
+
+    verdict: Verdict
+    metrics: Metrics
+    error: GpuBudgetExceeded | None
+    asked: frozenset[str] | None
+    window: int | None = None  # the index of the window it judged; None: the test so far
+    example: bool = False  # it ran inside a hypothesis example
 
 
 class Examples:
@@ -102,6 +118,28 @@ class Examples:
             if not verdict.breached:
                 return verdict
         return verdict
+
+    def check(self, budget: Budget, metrics: Metrics, asked: frozenset[str] | None, window: int | None) -> Checked:
+        """A ``gpuprof.check()`` of ``metrics`` (the latest window's, index ``window``, or the
+        test's so far) on ``budget``: after the running example's ``measure()``, judged as
+        that judges its own budget."""
+        verdict = judge(budget, metrics)
+        confirmed = self.measured_this_one()
+        if confirmed:
+            verdict, metrics = self.judgement(verdict, metrics)
+        confirmations = CONFIRMATIONS if confirmed else None
+        error = budget_error(verdict, metrics, confirmations=confirmations) if verdict.breached else None
+        return Checked(verdict, metrics, error, asked, window, self.running())
+
+    def settle(self, window: Window) -> None:
+        """Judge the running example's latest ``measure()`` window as it counts: a breach
+        confirmed by re-measuring raises (kept as the window's error), one that re-measuring
+        cleared is none."""
+        verdict, judged = self.judgement(window.verdict, window.metrics)
+        window.verdict, window.settled = verdict, True
+        if verdict.breached:
+            window.error = budget_error(verdict, judged, confirmations=CONFIRMATIONS)
+            raise window.error
 
     def watch_memory(self) -> None:
         """Check, when the running example ends, that its device memory came back (and

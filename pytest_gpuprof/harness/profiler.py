@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import pytest
@@ -22,25 +21,14 @@ from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.harness import confirm
+from pytest_gpuprof.harness.confirm import Checked
 from pytest_gpuprof.harness.options import DEFAULT
 from pytest_gpuprof.harness.spans import SpanRecorder, SpanScope
-from pytest_gpuprof.harness.windows import Sampler, Window, WindowCollector
-from pytest_gpuprof.output.text import failure_message
-from pytest_gpuprof.verdict.budget import Breach, Budget, Verdict, judge, parse_budget
+from pytest_gpuprof.harness.windows import Channels, Window, WindowCollector
+from pytest_gpuprof.verdict.budget import Budget, judge, parse_budget
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.capture.children import ChildWatch
-    from pytest_gpuprof.capture.gpm import Gpm
-    from pytest_gpuprof.capture.stacks import StackSampler
-
-
-class GpuBudgetExceeded(AssertionError):
-    """A window's metrics breached its budget; the message explains where the time went."""
-
-    def __init__(self, message: str, breaches: list[Breach], metrics: Metrics) -> None:
-        super().__init__(message)
-        self.breaches = breaches
-        self.metrics = metrics
+    pass
 
 
 class NotMeasured:
@@ -62,19 +50,6 @@ class NotMeasured:
 NOT_MEASURED = cast(Metrics, NotMeasured())
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
-    """One ``gpuprof.check()``: its verdict, the metrics it judged, what it raised, and
-    the keys it was asked about (``None``: the test's whole budget)."""
-
-    verdict: Verdict
-    metrics: Metrics
-    error: GpuBudgetExceeded | None
-    asked: frozenset[str] | None
-    window: int | None = None  # the index of the window it judged; None: the test so far
-    example: bool = False  # it ran inside a hypothesis example
-
-
 class Profiler:
     def __init__(
         self,
@@ -84,14 +59,10 @@ class Profiler:
         rounds: int = DEFAULT["--gpu-rounds"],
         warmup: int = DEFAULT["--gpu-warmup"],
         rounds_floor: int | None = None,
-        sampler: Sampler | None = None,
         enforce: bool = False,
-        pinned_gbps: Callable[[], float] | None = None,
-        gpm: Gpm | None = None,
         owner: str = "this test",
-        stacks: StackSampler | None = None,
-        children: ChildWatch | None = None,
         disabled: bool = False,
+        channels: Channels | None = None,  # NVML, GPM, stacks, child processes: the session's
     ) -> None:
         self.backend = backend
         self.disabled = disabled  # --gpu-disable: the code runs once, nothing is measured
@@ -106,12 +77,10 @@ class Profiler:
         self.spans.memory.open_steps = self.spans.open_steps
         if self.budget.gates_memory:
             self.spans.memory.see_each()
-        self.collector = WindowCollector(
-            backend, self.spans, sampler=sampler, pinned_gbps=pinned_gbps, gpm=gpm, stacks=stacks
-        )
-        self.collector.children = children
-        if children is not None:
-            children.tell()  # the processes the test starts record their device work for it
+        self.channels = channels = channels or Channels()
+        self.collector = WindowCollector(backend, self.spans, channels)
+        if channels.children is not None:
+            channels.children.tell()  # the processes the test starts record their device work for it
         # what gpuprof.check() judged, passing or failing, with the metrics it judged and
         # the exception it raised (to tell, when the call ends, whether the test caught it)
         self.verdicts: list[Checked] = []
@@ -121,31 +90,22 @@ class Profiler:
         self._examples = confirm.Examples(backend, self.leaks)
         self._ended = False
         backend.source.begin()
-        if stacks is not None:
-            stacks.arm()
+        if channels.stacks is not None:
+            channels.stacks.arm()
 
     @property
     def windows(self) -> list[Window]:
         return self.collector.windows
 
-    @property
-    def measuring(self) -> bool:
-        return self.collector.measuring
-
-    @property
-    def gpm(self) -> Gpm | None:
-        """NVML GPM, sampled at each window's edges (``None`` where the GPU has none)."""
-        return self.collector.gpm
-
     # the fixture's life
     def end(self) -> None:
         """The test is over: any later use is a mistake, and says whose profiler it was."""
-        if not self._ended and self.collector.stacks is not None:
-            self.collector.stacks.disarm()
+        if not self._ended and self.channels.stacks is not None:
+            self.channels.stacks.disarm()
         if self.spans.memory is not None:
             self.spans.memory.close()
-        if self.collector.children is not None:
-            self.collector.children.close()
+        if self.channels.children is not None:
+            self.channels.children.close()
         self._ended = True
 
     def _alive(self, what: str) -> None:
@@ -202,14 +162,9 @@ class Profiler:
             self._examples.watch_memory()
         metrics = self.repeat(fn, rounds=rounds, warmup=warmup, label="measure")
         if example:
-            window = self.windows[-1]
             self._examples.remember(lambda: self.repeat(fn, rounds=rounds, warmup=0, label="measure"))
             if self.enforce:
-                verdict, judged = self._examples.judgement(window.verdict, window.metrics)
-                window.verdict, window.settled = verdict, True  # a breach re-measuring cleared is none
-                if verdict.breached:
-                    window.error = self._error(verdict, judged, confirmed=True)
-                    raise window.error
+                self._examples.settle(self.windows[-1])
         return metrics
 
     def run_once(self, fn: Callable[[], Any]) -> Metrics:
@@ -302,7 +257,7 @@ class Profiler:
         window = self.windows[-1] if self.windows else self.whole_test()
         if window is None or window.timeline is None:
             raise ValueError(f"gpuprof.what_if({scenario!r}): nothing measured yet")
-        return metrics_mod.what_if(window.timeline, scenario, self.collector.pinned_gbps)
+        return metrics_mod.what_if(window.timeline, scenario, self.channels.pinned_gbps)
 
     def check(self, **limits: Any) -> Metrics:
         """Assert a budget now on the latest ``measure()`` result, or on the test so far.
@@ -320,22 +275,11 @@ class Profiler:
         current = self.metrics_now()
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")
-        verdict = judge(budget, current)
-        confirmed = self._examples.measured_this_one()
-        if confirmed:
-            # after this example's measure(): judged as measure() judges its own budget
-            verdict, current = self._examples.judgement(verdict, current)
-        error = self._error(verdict, current, confirmed=confirmed) if verdict.breached else None
-        judged = len(self.windows) - 1 if self.windows else None
-        self.verdicts.append(Checked(verdict, current, error, asked, judged, self._examples.running()))
-        if error is not None:
-            raise error
-        return current
-
-    def _error(self, verdict: Verdict, metrics: Metrics, *, confirmed: bool = False) -> GpuBudgetExceeded:
-        breaches = list(verdict.breaches)
-        message = failure_message(breaches, metrics, confirmations=confirm.CONFIRMATIONS if confirmed else None)
-        return GpuBudgetExceeded(message, breaches, metrics)
+        checked = self._examples.check(budget, current, asked, len(self.windows) - 1 if self.windows else None)
+        self.verdicts.append(checked)
+        if checked.error is not None:
+            raise checked.error
+        return checked.metrics
 
     def final_windows(self) -> list[Window]:
         """The windows this test's budget is checked on: every measured one, else the test.

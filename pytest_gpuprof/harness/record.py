@@ -33,7 +33,7 @@ def build(
     """The test's result, with the windows whose traces show it (the reported one first,
     then every other one whose breach counts); ``None`` where it measured nothing.
     ``raised``: what the call raised, if anything."""
-    from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
+    from pytest_gpuprof.harness.errors import GpuBudgetExceeded
 
     whole = not profiler.windows  # the test so far becomes its one window
     windows = profiler.final_windows()

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.analysis.model import GIB
-from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness.config import Settings
 
 if TYPE_CHECKING:
@@ -55,7 +53,7 @@ class DeviceRuntime:
                 probed = self.settings.device if self.settings.devices is None else 0
                 kind, reason = backends.select(self.settings.backend, probed)
                 count = backends.cuda_device_count() if kind.gpu else None
-                device = self._pick_device(count)
+                device = pick_device(self.settings, self.config, count)
                 if count is not None and device >= count:
                     raise RuntimeError(f"--gpu-device={device}, but only {count} device(s) are visible")
                 if not kind.gpu and self.settings.devices is None and device != 0:
@@ -68,25 +66,6 @@ class DeviceRuntime:
                 raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
             self._selected = kind, reason, device
         return self._selected
-
-    def _pick_device(self, cuda_devices: int | None) -> int:
-        """``--gpu-devices`` spreads xdist workers over devices (worker i on device i mod
-        the count); host 'devices' are logical slots, one per worker."""
-        settings = self.settings
-        if settings.devices is None:
-            return settings.device
-        worker = getattr(self.config, "workerinput", {}).get("workerid")
-        index = int(worker[2:]) if worker else 0
-        if settings.devices == "all":
-            if cuda_devices is not None:
-                count = cuda_devices
-            else:
-                count = int(getattr(self.config, "workerinput", {}).get("workercount", 1))
-            devices: tuple[int, ...] = tuple(range(max(count, 1)))
-        else:
-            assert not isinstance(settings.devices, str)
-            devices = settings.devices
-        return devices[index % len(devices)]
 
     @property
     def chosen(self) -> bool:
@@ -254,6 +233,10 @@ class DeviceRuntime:
     def gpm(self) -> Gpm | None:
         return self._gpm[0]
 
+    @property
+    def gpm_status(self) -> str:
+        return self._gpm[1]
+
     def nvml_status(self) -> str:
         if not self.settings.nvml:
             return "off (--gpu-no-nvml)"
@@ -275,54 +258,9 @@ class DeviceRuntime:
         return dict(self._machine)
 
     def header(self) -> list[str]:
-        if not self.chosen:
-            return [
-                "gpuprof: not started (no --gpu-* option, no [tool.gpuprof]): "
-                "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"
-            ]
-        s = self.settings
-        lines = [f"gpuprof: backend {self.kind.name} ({self.backend_reason})"]
-        if self.placed is not None:
-            lines.append(self.placed.describe(getattr(self.config, "workerinput", {}).get("workerid", "?")))
-        if self.kind.gpu and not self.runs_tests:
-            why = "--collect-only" if self.config.option.collectonly else "each pytest-xdist worker starts its own"
-            lines.append(f"gpuprof: device not started here ({why})")
-        elif self.kind.gpu:
-            info = self.backend.info()
-            lines.append(
-                f"gpuprof: device {info.index} {info.name}, {info.memory_bytes / GIB:.0f} GiB, "
-                f"driver {info.driver}, PCIe {info.pcie}"
-            )
-            lines.append(
-                f"gpuprof: truth {self.backend.source.kind.name}; CUPTI {self.backend.source.status()}; NVML {self.nvml_status()}; "
-                f"GPM {self._gpm[1]}"
-            )
-            if s.children and self.backend.source.kind == CUPTI:
-                lines.append(self._children_line())
-        else:
-            clock = (
-                "virtual clock (kernels and copies take exactly the time asked, host code none)"
-                if s.host_clock == "virtual"
-                else "real clock (figures vary with this machine's load: --gpu-host-clock=virtual, or "
-                'host_clock = "virtual" in [tool.gpuprof], for CPU-only CI)'
-            )
-            lines.append(
-                f"gpuprof: device host CPU ({platform.machine()}): workloads run on CPU threads, {clock}, "
-                "truth 'host'; CUPTI off (no GPU); NVML off (no GPU)"
-            )
-        mode = "enforced (--gpu-budget)" if s.enforce else "reported as warnings (no --gpu-budget)"
-        if s.disabled:
-            mode = "off: --gpu-disable runs the code once and measures and judges nothing"
-        where = f"; config {s.pyproject}" if s.pyproject else ""
-        lines.append(f"gpuprof: budgets {mode}; rounds {s.rounds}, warmup {s.warmup}{where}")
-        return lines
+        from pytest_gpuprof.harness.header import header
 
-    def _children_line(self) -> str:
-        from pytest_gpuprof.capture import injection
-
-        library, how = injection.library()
-        native = f"native ones by the injection library ({how})" if library else f"native ones not traced ({how})"
-        return f"gpuprof: the processes a test starts: Python ones traced by their start-up hook, {native}"
+        return header(self)
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:
@@ -332,3 +270,22 @@ class DeviceRuntime:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+
+
+def pick_device(settings: Settings, config: pytest.Config, cuda_devices: int | None) -> int:
+    """``--gpu-devices`` spreads xdist workers over devices (worker i on device i mod
+    the count); host 'devices' are logical slots, one per worker."""
+    if settings.devices is None:
+        return settings.device
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    index = int(worker[2:]) if worker else 0
+    if settings.devices == "all":
+        if cuda_devices is not None:
+            count = cuda_devices
+        else:
+            count = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        devices: tuple[int, ...] = tuple(range(max(count, 1)))
+    else:
+        assert not isinstance(settings.devices, str)
+        devices = settings.devices
+    return devices[index % len(devices)]

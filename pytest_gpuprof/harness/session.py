@@ -19,6 +19,7 @@ from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness import items
 from pytest_gpuprof.harness.config import Settings
+from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 from pytest_gpuprof.harness.gate import Gate
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
@@ -41,14 +42,6 @@ PROFILER = pytest.StashKey["Profiler"]()
 
 # how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
 GPU_BUDGET, GPU_REGRESSION = "GPU BUDGET", "GPU REGRESSION"
-
-
-class GpuBudgetWarning(UserWarning):
-    """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
-
-
-class GpuMemoryLeak(AssertionError):
-    """Device memory a test (or one of its hypothesis examples) took and did not give back."""
 
 
 class GpuSession:
@@ -77,10 +70,6 @@ class GpuSession:
         return self.runtime.backend
 
     @property
-    def backend_reason(self) -> str:
-        return self.runtime.backend_reason
-
-    @property
     def device(self) -> GpuDevice:
         return self.runtime.device
 
@@ -89,37 +78,7 @@ class GpuSession:
 
     # per test
     def profiler(self, budget: Budget, owner: str = "this test") -> Profiler:
-        from pytest_gpuprof.harness.profiler import Profiler
-
-        s = self.settings
-        profiler = Profiler(
-            self.backend,
-            budget=budget,
-            rounds=s.rounds,
-            warmup=s.warmup,
-            rounds_floor=s.rounds_floor,
-            sampler=self.runtime.sampler,
-            enforce=s.enforce,
-            pinned_gbps=lambda: self.device.h2d_gbps,
-            gpm=self.runtime.gpm,
-            owner=owner,
-            stacks=self.runtime.stacks,
-            children=self._child_watch(),
-            disabled=s.disabled,
-        )
-        gated = any(t.metric.startswith("memory.") or t.metric.endswith(".memory_peak_bytes") for t in s.compare_fail)
-        if (gated or s.memory_top) and profiler.spans.memory is not None:
-            profiler.spans.memory.see_each()  # a gate on memory needs its peaks between edges, the top its places
-        return profiler
-
-    def _child_watch(self) -> ChildWatch | None:
-        """Where the test's children write their device work (``--gpu-children``, CUPTI only:
-        they record it the same way)."""
-        if not self.settings.children or self.backend.source.kind != CUPTI:
-            return None
-        from pytest_gpuprof.capture.children import ChildWatch
-
-        return ChildWatch()
+        return _profiler(self.runtime, self.settings, budget, owner)
 
     def hold_device(self, item: pytest.Item) -> None:
         """Under ``--gpu-exclusive=auto``, hold the test's device alone among this plugin's
@@ -192,7 +151,7 @@ class GpuSession:
             ]
             message = "\n".join(messages) or None
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        for line in self._said(item.nodeid, result, profiler):
+        for line in _said(self.gate, item.nodeid, result, profiler):
             _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
@@ -200,21 +159,6 @@ class GpuSession:
         if failures:
             self.failed_by_gate[item.nodeid] = GPU_BUDGET if failures[0] is message else GPU_REGRESSION
             pytest.fail("\n".join(failures), pytrace=False)
-
-    def _said(self, nodeid: str, result: TestResult, profiler: Profiler) -> list[str]:
-        """What a test's warnings say besides a breach: limits not judged (never a failure),
-        device work no window held, a baseline or a gate that cannot judge it, steps made and
-        never entered or never left."""
-        record = result.record
-        lines = [f"GPU budget not judged: {line}" for line in record.unjudged]
-        if not profiler.budget.empty or record.gated:
-            lines += [f"gpuprof: {line}" for line in record.outside]
-        unusable = self.gate.unusable(nodeid)
-        if unusable is not None:
-            lines.append(f"gpuprof: baseline {unusable}")
-        inert = self.gate.inert_causes(result.changes)
-        lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in inert.items()]
-        return lines + [f"gpuprof: {line}" for line in profiler.problems()]
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and
@@ -233,13 +177,7 @@ class GpuSession:
                 profiler.end()
         if profiler.disabled:
             return  # --gpu-disable: nothing is judged, its memory included
-        if self.backend.memory_in_use() > profiler.memory_before:
-            gc.collect()  # only then: buffers in a reference cycle (a full collection costs tens of ms)
-        held = self.backend.memory_in_use() - profiler.memory_before
-        passed = outcome == "passed"
-        leaks = list(profiler.leaks) if passed else []
-        if held > 0 and passed:
-            leaks.append(f"{held:,} bytes ({held / GIB:.3g} GiB) of device memory still held after the test")
+        leaks = _leaks(self.backend, profiler) if outcome == "passed" else []
         if leaks:
             self.backend.trim()
             if nodeid in self.results:
@@ -272,7 +210,6 @@ class GpuSession:
         ``gpuprof`` section with the figures of the windows that failed it, and its changes
         against the baseline (the failure's message says why)."""
         from pytest_gpuprof.harness import record
-        from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
 
         raised = call.excinfo.value if call.excinfo is not None else None
         word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)
@@ -350,3 +287,69 @@ def _warn(item: pytest.Item, message: str) -> bool:
     except GpuBudgetWarning:
         return False
     return True
+
+
+def _said(gate: Gate, nodeid: str, result: TestResult, profiler: Profiler) -> list[str]:
+    """What a test's warnings say besides a breach: limits not judged (never a failure),
+    device work no window held, a baseline or a gate that cannot judge it, steps made and
+    never entered or never left."""
+    record = result.record
+    lines = [f"GPU budget not judged: {line}" for line in record.unjudged]
+    if not profiler.budget.empty or record.gated:
+        lines += [f"gpuprof: {line}" for line in record.outside]
+    unusable = gate.unusable(nodeid)
+    if unusable is not None:
+        lines.append(f"gpuprof: baseline {unusable}")
+    inert = gate.inert_causes(result.changes)
+    lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in inert.items()]
+    return lines + [f"gpuprof: {line}" for line in profiler.problems()]
+
+
+def _leaks(backend: backends.Backend, profiler: Profiler) -> list[str]:
+    """What a passed test took and did not give back: its windows' leaks, and device memory
+    still held after it."""
+    if backend.memory_in_use() > profiler.memory_before:
+        gc.collect()  # only then: buffers in a reference cycle (a full collection costs tens of ms)
+    held = backend.memory_in_use() - profiler.memory_before
+    leaks = list(profiler.leaks)
+    if held > 0:
+        leaks.append(f"{held:,} bytes ({held / GIB:.3g} GiB) of device memory still held after the test")
+    return leaks
+
+
+def _child_watch(settings: Settings, backend: backends.Backend) -> ChildWatch | None:
+    """Where the test's children write their device work (``--gpu-children``, CUPTI only:
+    they record it the same way)."""
+    if not settings.children or backend.source.kind != CUPTI:
+        return None
+    from pytest_gpuprof.capture.children import ChildWatch
+
+    return ChildWatch()
+
+
+def _profiler(runtime: DeviceRuntime, s: Settings, budget: Budget, owner: str) -> Profiler:
+    """A test's profiler, on the session's device, sampler and settings."""
+    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.windows import Channels
+
+    profiler = Profiler(
+        runtime.backend,
+        budget=budget,
+        rounds=s.rounds,
+        warmup=s.warmup,
+        rounds_floor=s.rounds_floor,
+        enforce=s.enforce,
+        owner=owner,
+        disabled=s.disabled,
+        channels=Channels(
+            sampler=runtime.sampler,
+            pinned_gbps=lambda: runtime.device.h2d_gbps,
+            gpm=runtime.gpm,
+            stacks=runtime.stacks,
+            children=_child_watch(s, runtime.backend),
+        ),
+    )
+    gated = any(t.metric.startswith("memory.") or t.metric.endswith(".memory_peak_bytes") for t in s.compare_fail)
+    if (gated or s.memory_top) and profiler.spans.memory is not None:
+        profiler.spans.memory.see_each()  # a gate on memory needs its peaks between edges, the top its places
+    return profiler

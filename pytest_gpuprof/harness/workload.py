@@ -140,7 +140,7 @@ class GpuWorkload:
         def run() -> None:
             _run_workers(clock, n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
 
-        if self.profiler.measuring:
+        if self.profiler.collector.measuring:
             with self.profiler.window("partitions") as done:
                 run()
             return done[0].metrics

@@ -61,7 +61,7 @@ def spin_cycles(cp, ms):
 def test_a_one_block_kernel_reads_busy_but_not_full(gpuprof):
     import cupy as cp
 
-    from pytest_gpuprof.harness.profiler import GpuBudgetExceeded
+    from pytest_gpuprof import GpuBudgetExceeded
 
     spin = cp.RawKernel(SPIN, "spin")
     cycles = spin_cycles(cp, 1.0)
