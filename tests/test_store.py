@@ -239,14 +239,21 @@ def test_legacy_numbered_baselines_stay_readable(tmp_path):
 
 
 SAVER = """
-import sys, time
+import pathlib, sys, time
 from pytest_gpuprof.output.store import Store
 store = Store(sys.argv[1])
-for i in range(20):
+here = pathlib.Path(sys.argv[3])
+(here / f"ready-{sys.argv[2]}").touch()
+while not (here / "go").exists():  # all eight start saving at once
+    time.sleep(0.005)
+for i in range(SAVES):
     created = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{time.time_ns() % 10**9 // 1000:06d}+00:00"
     store.save({"schema": 1, "created": created, "machine": {"id": "host-aaa"},
                 "tests": [{"nodeid": "t", "writer": sys.argv[2], "pad": "x" * 20000}]}, "main")
 """
+
+
+SAVES = 6  # each of eight processes, released together
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
@@ -258,12 +265,17 @@ def test_eight_processes_saving_one_name_at_once_all_land_whole(kind, tmp_path, 
     else:
         url = str(tmp_path / "store")
     script = tmp_path / "saver.py"
-    script.write_text(SAVER)
-    procs = [subprocess.Popen([sys.executable, str(script), url, str(w)]) for w in range(8)]
+    script.write_text(SAVER.replace("SAVES", str(SAVES)))
+    procs = [subprocess.Popen([sys.executable, str(script), url, str(w), str(tmp_path)]) for w in range(8)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 8 and time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), "a saver ended before it was ready"
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
     assert [p.wait(timeout=300) for p in procs] == [0] * 8
     store = Store(url)
     summaries = store.summaries("host-aaa")
-    assert len(summaries) == 160  # every save landed
+    assert len(summaries) == 8 * SAVES  # every save landed
     records = [store.read(s.key) for s in summaries]  # none torn: each parses whole
     assert all(len(r["tests"][0]["pad"]) == 20000 for r in records)
     newest = max(records, key=lambda r: r["created"])
@@ -273,9 +285,18 @@ def test_eight_processes_saving_one_name_at_once_all_land_whole(kind, tmp_path, 
 # --- faults
 
 
+def _fail_at_once(monkeypatch):
+    """s3fs retries a refused connection five times with back-off (about 2 s a call): here
+    a dead endpoint fails at its first refusal (fsspec's configuration, as a user sets it)."""
+    import fsspec.config
+
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"retries": 1})
+
+
 def test_an_unreachable_store_is_one_line_and_the_report_is_still_written(pytester, monkeypatch):
     port = _free_port()  # nothing listens on it
     _s3_env(monkeypatch, f"http://127.0.0.1:{port}")
+    _fail_at_once(monkeypatch)
     pytester.makepyfile(SUITE)
     url = "s3://gone-bucket/prefix"
     r = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main", "--gpu-report=r.json")
@@ -309,6 +330,7 @@ def test_a_store_that_stops_mid_run_fails_the_next_step_with_one_line(monkeypatc
     store = Store(url)
     store.save(_report(_at(1)), "main")
     server.stop()
+    _fail_at_once(monkeypatch)
     with pytest.raises(BaselineError, match=rf"^{url}: (list|write|read) "):
         store.save(_report(_at(2)), "main")
         store.summaries("host-aaa")

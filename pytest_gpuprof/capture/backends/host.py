@@ -84,6 +84,11 @@ class HostStream(_Worker):
         self.index = index
 
 
+# the uploads' source data (``HostBackend._source``), each byte FILL
+FILL = 7
+_FILLED: np.ndarray | None = None
+
+
 class HostBuffer:
     """Device memory of the host backend; returns to the pool when dropped."""
 
@@ -94,11 +99,36 @@ class HostBuffer:
         self.nbytes = array.nbytes
 
 
+# On the virtual clock, the host memory of trimmed blocks, kept for the next allocation of
+# its size in this process, up to this many bytes. Its times do not depend on the memory
+# being new, and new memory is what costs here: a first write faults every page in (about
+# 160 ms for 64 MiB on a 2-core CI machine, against 7 ms for a copy of it), and the
+# pipeline's trim step frees every block each round. On the real clock a trim frees.
+SPARE_BYTES = 1 << 30
+_SPARE: dict[int, list[np.ndarray]] = defaultdict(list)
+_SPARE_LOCK = threading.Lock()
+
+
+def _spare(nbytes: int) -> np.ndarray | None:
+    with _SPARE_LOCK:
+        blocks = _SPARE.get(nbytes)
+        return blocks.pop() if blocks else None
+
+
+def _keep_spare(blocks: list[np.ndarray]) -> None:
+    with _SPARE_LOCK:
+        kept = sum(a.nbytes for arrays in _SPARE.values() for a in arrays)
+        for array in blocks:
+            if kept + array.nbytes <= SPARE_BYTES:
+                _SPARE[array.nbytes].append(array)
+                kept += array.nbytes
+
+
 class _Pool:
     """A caching allocator: freed blocks wait for reuse until ``trim``."""
 
     def __init__(self, *, premap: bool) -> None:
-        self._premap = premap
+        self._premap = premap  # the real clock: map new blocks at once, and free trimmed ones
         self._lock = threading.Lock()
         self._free: dict[int, list[np.ndarray]] = defaultdict(list)
         self.in_use = 0
@@ -109,6 +139,8 @@ class _Pool:
         with self._lock:
             blocks = self._free.get(nbytes)
             array = blocks.pop() if blocks else None
+        if array is None and not self._premap:
+            array = _spare(nbytes)
         if array is None:
             # A GPU allocator maps device memory when it allocates; here the first write
             # would map the pages, inside whichever copy came first: on the real clock, map
@@ -133,7 +165,10 @@ class _Pool:
 
     def trim(self) -> None:
         with self._lock:
+            trimmed = [a for arrays in self._free.values() for a in arrays]
             self._free.clear()
+        if not self._premap:
+            _keep_spare(trimmed)
 
 
 class HostStamps(TraceSource):
@@ -180,7 +215,6 @@ class HostBackend:
         self._streams: list[HostStream] = []
         self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
         self.pool = _Pool(premap=not self.clock.virtual)
-        self._sources: dict[int, np.ndarray] = {}
         self.default_stream = self.stream()
         # its own stamps, unless a registered source reads it (``capture.sources``)
         self.source = HostStamps(self)
@@ -252,11 +286,14 @@ class HostBackend:
     def _source(self, nbytes: int) -> np.ndarray:
         # The user's data already sits in host memory before an upload: keep the filled
         # source of the latest size (one, not one per size: sizes may be many and large)
-        # so that the copy, not the filling, is what gets timed.
-        src = self._sources.get(nbytes)
-        if src is None:
-            src = np.full(nbytes, 7, dtype=np.uint8)
-            self._sources = {nbytes: src}
+        # so that the copy, not the filling, is what gets timed. One for the process: only
+        # ever read, so every backend of it (a pytester run's) shares it.
+        global _FILLED
+        src = _FILLED
+        if src is None or src.nbytes != nbytes:
+            src = np.full(nbytes, FILL, dtype=np.uint8)
+            src.flags.writeable = False
+            _FILLED = src
         return src
 
     def upload(
@@ -306,7 +343,13 @@ class HostBackend:
     ) -> None:
         start = self.clock.now()
         if self.clock.virtual:
-            np.copyto(dst[: src.nbytes], src)
+            # Nothing writes device memory here but uploads of one and the same data: a block
+            # an upload filled whole is made read-only and holds it from then on, so a later
+            # upload into it (the pool's block again, next round) moves no bytes
+            if dst.flags.writeable:
+                np.copyto(dst[: src.nbytes], src)
+                if name == "HtoD" and src.nbytes == dst.nbytes:
+                    dst.flags.writeable = False
             self.clock.spend(self.modeled_copy_ns(src.nbytes, pageable=pageable) or 0)
         elif pageable:
             staging = np.empty(min(STAGING_BYTES, src.nbytes), dtype=np.uint8)
@@ -357,7 +400,6 @@ class HostBackend:
         self._streams.clear()
         self._copy_engine.close()
         self.pool.trim()
-        self._sources.clear()
         self.clock.detach()
 
 
