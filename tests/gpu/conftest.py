@@ -1,4 +1,12 @@
+import contextlib
+
 import pytest
+
+# PyTorch cannot be imported twice in one process (its C functions keep their docstrings),
+# and pytester drops the modules a test imported when the test ends: import it once here,
+# before any test, where it is installed
+with contextlib.suppress(ImportError):
+    import torch  # noqa: F401
 
 
 @pytest.fixture

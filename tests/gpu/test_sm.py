@@ -136,7 +136,7 @@ def test_occupancy_equals_cudas_occupancy_api(gpuprof):
 def test_gpm_agrees_with_sm_utilization(gpuprof, gpu_workload):
     import cupy as cp
 
-    assert gpuprof.gpm is not None, "this GPU or driver has no NVML GPM"
+    assert gpuprof.channels.gpm is not None, "this GPU or driver has no NVML GPM"
     spin = cp.RawKernel(SPIN, "spin")
     cycles = spin_cycles(cp, 1.0)
 
