@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.harness.options import BY_FLAG
@@ -247,22 +247,42 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    p_show = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
-    p_show.add_argument("report", help="a JSON report (--gpu-report) or a stored baseline: a file or URL")
+    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export):
+        add(commands)
+    return parser
+
+
+# what ``add_subparsers`` returns
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _storage(p: argparse.ArgumentParser, machine: str) -> None:
+    """``--storage`` and ``--machine``, as the commands that read the store take them."""
+    storage = BY_FLAG["--gpu-storage"]
+    p.add_argument("--storage", default=storage.default, metavar="URL", help=storage.help + storage.shown_default())
+    p.add_argument("--machine", default=None, help=machine)
+
+
+def _add_show(commands: Commands) -> None:
+    p = commands.add_parser("show", help="print a report", description="print each test of a JSON report")
+    p.add_argument("report", help="a JSON report (--gpu-report) or a stored baseline: a file or URL")
     for flag in ("--columns", "--sort", "--group-by"):
         o = BY_FLAG[flag.replace("--", "--gpu-")]
-        p_show.add_argument(flag, default=None, choices=o.choices, metavar=o.metavar, help=o.help + "; a table")
-    p_compare = commands.add_parser(
+        p.add_argument(flag, default=None, choices=o.choices, metavar=o.metavar, help=o.help + "; a table")
+
+
+def _add_compare(commands: Commands) -> None:
+    p = commands.add_parser(
         "compare",
         help="compare NEW with BASE; exit 1 on a clear regression",
         description="compare each test of NEW with the same test of BASE, metric by metric; exit 1 when one "
         "regressed beyond its threshold and clearly over the rounds (one-sided Mann-Whitney, p < 0.05)",
     )
-    p_compare.add_argument(
+    p.add_argument(
         "base", help="the baseline: a report's file or URL, or a baseline name of --storage (NAME, NAME~K, latest)"
     )
-    p_compare.add_argument("new", help="the report to judge (a file or URL)")
-    p_compare.add_argument(
+    p.add_argument("new", help="the report to judge (a file or URL)")
+    p.add_argument(
         "--fail",
         default=DEFAULT_THRESHOLDS,
         metavar="EXPR[,EXPR...]",
@@ -270,64 +290,68 @@ def _parser() -> argparse.ArgumentParser:
         "the sign is the direction that is worse, pt (percentage points) for fractions only; METRIC is "
         f"{descriptors.grammar()}; default {DEFAULT_THRESHOLDS.replace('%', '%%')}",
     )
-    p_merge = commands.add_parser(
+    _storage(p, "machine id (default: every machine / NEW's)")
+
+
+def _add_merge(commands: Commands) -> None:
+    p = commands.add_parser(
         "merge", help="merge reports of one machine", description="merge reports of one machine into one"
     )
-    p_merge.add_argument(
+    p.add_argument(
         "reports", nargs="+", help="reports (files or URLs), each test in one of them: a test in two is refused"
     )
-    p_merge.add_argument("-o", "--output", type=Path, required=True, help="the merged report (a file)")
-    p_history = commands.add_parser(
+    p.add_argument("-o", "--output", type=Path, required=True, help="the merged report (a file)")
+
+
+def _add_history(commands: Commands) -> None:
+    p = commands.add_parser(
         "history",
         help="each test's metrics across the stored baselines, with their change points",
         description="lay out, for every test and metric, the stored baselines of one machine in order, and "
         "mark the change points: a level shift beyond the noise of the runs around it (the runs on each "
         "side separated, the shift over 3x their spread), never a single outlier",
     )
-    p_prune = commands.add_parser(
-        "prune",
-        help="remove old baselines, keeping each name's newest N runs",
-        description="remove the stored baselines of each machine and name beyond its N newest runs (the shards "
-        "of one run count as one), newest by their created time",
-    )
-    p_prune.add_argument("--keep", type=_positive, required=True, metavar="N", help="runs to keep per name")
-    p_prune.add_argument("--name", default=None, help="only this baseline name")
-    p_export = commands.add_parser(
-        "export",
-        help="a report in a dashboard's format",
-        description="write a report's metrics (median of the rounds, their range) as Bencher Metric Format (bmf) "
-        "or as github-action-benchmark's custom tool JSON (one direction a file: --tool)",
-    )
-    p_export.add_argument("report", help="a JSON report or stored baseline: a file or URL")
-    p_export.add_argument("--format", required=True, choices=("bmf", "github-action-benchmark"))
-    p_export.add_argument(
-        "--tool",
-        choices=("customSmallerIsBetter", "customBiggerIsBetter"),
-        default="customSmallerIsBetter",
-        help="github-action-benchmark: which metrics, by the way they get better (default customSmallerIsBetter)",
-    )
-    p_export.add_argument(
-        "--metric", action="append", default=None, metavar="M", help=f"default {', '.join(DEFAULT_METRICS)}"
-    )
-    p_export.add_argument("-o", "--output", type=Path, default=None, help="a file (default: print)")
-    storage = BY_FLAG["--gpu-storage"]
-    for p in (p_history, p_prune, p_compare):
-        p.add_argument("--storage", default=storage.default, metavar="URL", help=storage.help + storage.shown_default())
-    for p in (p_prune, p_compare):
-        p.add_argument("--machine", default=None, help="machine id (default: every machine / NEW's)")
-    p_history.add_argument("--machine", default=None, help="machine id (needed where several are stored)")
-    p_history.add_argument("--test", default="*", metavar="PATTERN", help="test ids to show (fnmatch), default all")
-    p_history.add_argument(
+    _storage(p, "machine id (needed where several are stored)")
+    p.add_argument("--test", default="*", metavar="PATTERN", help="test ids to show (fnmatch), default all")
+    p.add_argument(
         "--metric",
         action="append",
         default=None,
         metavar="M",
         help=f"a metric to show (repeatable), default {', '.join(DEFAULT_METRICS)}",
     )
-    p_history.add_argument(
-        "-o", "--output", type=Path, default=None, metavar="FILE.html", help="a page of trend charts"
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.html", help="a page of trend charts")
+
+
+def _add_prune(commands: Commands) -> None:
+    p = commands.add_parser(
+        "prune",
+        help="remove old baselines, keeping each name's newest N runs",
+        description="remove the stored baselines of each machine and name beyond its N newest runs (the shards "
+        "of one run count as one), newest by their created time",
     )
-    return parser
+    p.add_argument("--keep", type=_positive, required=True, metavar="N", help="runs to keep per name")
+    p.add_argument("--name", default=None, help="only this baseline name")
+    _storage(p, "machine id (default: every machine / NEW's)")
+
+
+def _add_export(commands: Commands) -> None:
+    p = commands.add_parser(
+        "export",
+        help="a report in a dashboard's format",
+        description="write a report's metrics (median of the rounds, their range) as Bencher Metric Format (bmf) "
+        "or as github-action-benchmark's custom tool JSON (one direction a file: --tool)",
+    )
+    p.add_argument("report", help="a JSON report or stored baseline: a file or URL")
+    p.add_argument("--format", required=True, choices=("bmf", "github-action-benchmark"))
+    p.add_argument(
+        "--tool",
+        choices=("customSmallerIsBetter", "customBiggerIsBetter"),
+        default="customSmallerIsBetter",
+        help="github-action-benchmark: which metrics, by the way they get better (default customSmallerIsBetter)",
+    )
+    p.add_argument("--metric", action="append", default=None, metavar="M", help=f"default {', '.join(DEFAULT_METRICS)}")
+    p.add_argument("-o", "--output", type=Path, default=None, help="a file (default: print)")
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuprof.harness import config
+from pytest_gpuprof.harness import checks, config
 from pytest_gpuprof.harness.options import BY_FLAG, DEFAULT, TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_every_default_comes_from_the_table():
     assert str(s.storage) == DEFAULT["--gpu-storage"]
     assert s.summary_rows == int(DEFAULT["--gpu-summary"])
     # the file keys accept exactly the table's keys: with choices, a range, or text
-    assert set(config._CHOICES) | set(config._FILE_KEYS) | set(config._TEXT_KEYS) == {o.key for o in TABLE if o.key}
+    assert set(checks.CHOICES) | set(checks.FILE_KEYS) | set(checks.TEXT_KEYS) == {o.key for o in TABLE if o.key}
 
 
 def test_each_default_is_written_once_in_the_package():

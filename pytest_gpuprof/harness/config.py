@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
-import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +16,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from pytest_gpuprof.harness.checks import (
+    ConfigError,
+    check_number,
+    check_output,
+    device_list,
+    find_pyproject,
+    load_toml,
+    read_budget_file,
+    read_pyproject,
+    summary_rows,
+)
 from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
-from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
-from pytest_gpuprof.verdict.validate import Number
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.compare import Threshold
@@ -31,15 +37,18 @@ BackendChoice = Literal["auto", "cuda", "host"]
 HostClock = Literal["real", "virtual"]
 # which tests run: every one, none that uses the plugin (--gpu-skip), only those (--gpu-only)
 Selection = Literal["all", "skip", "only"]
-# the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
-_CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
-_FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
-_TEXT_KEYS = tuple(o.key for o in TABLE if o.key and not o.choices and not o.number)
 OPTIONS = [(o.flag, o.argparse()) for o in TABLE]
-
-
-class ConfigError(check.Invalid):
-    """A setting that cannot be used, with its key and source in the message."""
+__all__ = [
+    "OPTIONS",
+    "ConfigError",
+    "Settings",
+    "check_number",
+    "check_output",
+    "load_toml",
+    "marker_budget",
+    "read_budget_file",
+    "read_pyproject",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,38 +106,23 @@ class Settings:
         """Every setting, validated before any test runs: a mistake is a usage error naming
         the option or key, the value and what would be valid."""
         opt = config.getoption
-        pyproject = _pyproject(config)
+        pyproject = find_pyproject(config)
         file_settings, file_budget = read_pyproject(pyproject)
-        budget_file = opt("--gpu-budget-file")
-        budget = file_budget if budget_file is None else read_budget_file(Path(budget_file)).merged_over(file_budget)
-        budget = _flag_budget(opt).merged_over(budget)
-        for o in TABLE:
-            if o.number is not None and o.key is not None and opt(o.flag) is not None:
-                check_number(o.key, opt(o.flag), o.flag)
-
+        budget = _run_budget(opt, file_budget)
+        _check_numbers(opt)
         pick = functools.partial(_pick, opt, file_settings)
         output = functools.partial(_output, opt)
 
         thresholds = _thresholds(opt("--gpu-compare-fail"))
         _refuse_conflicts(opt)
-        save = _baseline_name(opt("--gpu-save"))
-        if opt("--gpu-autosave"):
-            save = _autosave_name(config.rootpath)
+        save = _autosave_name(config.rootpath) if opt("--gpu-autosave") else _baseline_name(opt("--gpu-save"))
         storage = _storage(pick("--gpu-storage"), save is not None)
         run_id = _run_id(opt("--gpu-run-id"))
-        if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-            check_output("GITHUB_STEP_SUMMARY", Path(summary))
-        _distinct_outputs(
-            {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace", "--gpu-csv")}
-            | {"GITHUB_STEP_SUMMARY": summary}
-        )
+        _check_outputs(opt)
         compare = opt("--gpu-compare")
-        summary_rows = _summary_rows(pick("--gpu-summary"))
         # the host clock alone starts nothing: it says how to run once something starts
         given = any(opt(o.flag) not in (None, False) for o in TABLE if o.flag != "--gpu-host-clock")
         disabled = bool(opt("--gpu-disable"))
-        columns = _columns(opt("--gpu-columns"))
-        sort = _sort(opt("--gpu-sort"))
         return cls(
             backend=pick("--gpu-backend"),
             host_clock=pick("--gpu-host-clock"),
@@ -143,7 +137,7 @@ class Settings:
             nvml=not opt("--gpu-no-nvml") and not disabled,
             nvml_interval_ms=float(pick("--gpu-nvml-interval")),
             pyproject=pyproject,
-            devices=_devices(opt("--gpu-devices")),
+            devices=device_list(opt("--gpu-devices")),
             trace=output("--gpu-trace", folder=True),
             html=output("--gpu-html"),
             save=save,
@@ -153,7 +147,7 @@ class Settings:
             compare_any_machine=opt("--gpu-compare-any-machine"),
             storage=storage,
             run_id=run_id,
-            summary_rows=summary_rows,
+            summary_rows=summary_rows(pick("--gpu-summary")),
             # --gpu-disable: no source is started, no device held (nothing is measured)
             nvtx=pick("--gpu-nvtx") == "on" and not disabled,
             sample=pick("--gpu-sample") == "on" and not disabled,
@@ -161,8 +155,8 @@ class Settings:
             children=pick("--gpu-children") == "on" and not disabled,
             disabled=disabled,
             selection="skip" if opt("--gpu-skip") else ("only" if opt("--gpu-only") else "all"),
-            columns=columns,
-            sort=sort,
+            columns=_columns(opt("--gpu-columns")),
+            sort=_sort(opt("--gpu-sort")),
             group_by=opt("--gpu-group-by"),
             csv=output("--gpu-csv"),
             memory_top=int(pick("--gpu-memory-top")),
@@ -200,6 +194,29 @@ _WHY = {
     "--gpu-skip": "--gpu-skip runs no test that measures anything",
     "--gpu-save": "--gpu-autosave names the baseline itself",
 }
+
+
+def _run_budget(opt: Callable[[str], Any], file_budget: Budget) -> Budget:
+    """The run's budget: the flags' keys over the budget file's over ``[tool.gpuprof.budget]``."""
+    budget_file = opt("--gpu-budget-file")
+    budget = file_budget if budget_file is None else read_budget_file(Path(budget_file)).merged_over(file_budget)
+    return _flag_budget(opt).merged_over(budget)
+
+
+def _check_numbers(opt: Callable[[str], Any]) -> None:
+    for o in TABLE:
+        if o.number is not None and o.key is not None and opt(o.flag) is not None:
+            check_number(o.key, opt(o.flag), o.flag)
+
+
+def _check_outputs(opt: Callable[[str], Any]) -> None:
+    """``$GITHUB_STEP_SUMMARY`` writable, and every output its own file."""
+    if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_output("GITHUB_STEP_SUMMARY", Path(summary))
+    _distinct_outputs(
+        {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace", "--gpu-csv")}
+        | {"GITHUB_STEP_SUMMARY": summary}
+    )
 
 
 def _flag_budget(opt: Callable[[str], Any]) -> Budget:
@@ -355,145 +372,6 @@ def _baseline_name(name: str | None) -> str | None:
         except BaselineError as e:
             raise ConfigError(str(e)) from None
     return name
-
-
-def check_number(key: str, value: Any, source: str) -> None:
-    """One of the numeric settings: a number of the right kind, in its range."""
-    check.number(value, key, source, _FILE_KEYS[key], ConfigError)
-
-
-def check_output(option: str, path: Path, *, folder: bool = False) -> None:
-    """An output path that can be written: checked at start-up, not after every test ran.
-    A symbolic link is followed (its target is what gets written); a device node, FIFO or
-    socket is refused, never replaced by a file."""
-    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
-    if target.exists():
-        if not folder and not target.is_dir() and not target.is_file():
-            raise ConfigError(f"{option}={path}: {_file_kind(target)}, not a regular file; give a file path")
-        if folder and not target.is_dir():
-            raise ConfigError(f"{option}={path}: exists and is not a folder")
-        if not folder and target.is_dir():
-            raise ConfigError(f"{option}={path}: is a folder; give a file path")
-        if not _can_create_in(target if folder else target.parent):
-            raise ConfigError(f"{option}={path}: not writable")
-        return
-    parent = target.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{option}={path}: the folder {parent} does not exist")
-    if not _can_create_in(parent):
-        raise ConfigError(f"{option}={path}: the folder {parent} is not writable")
-
-
-def _file_kind(path: Path) -> str:
-    mode = path.stat().st_mode
-    for test, name in (
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO"),
-    ):
-        if test(mode):
-            return f"is {name}"
-    return "is a socket" if stat.S_ISSOCK(mode) else "is not a regular file"
-
-
-def _can_create_in(folder: Path) -> bool:
-    """Whether a file can be created in ``folder``: tried, as the atomic writes will (a
-    permission check alone passes for root on read-only file systems such as /proc)."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".gpuprof-probe.", dir=folder)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(probe)
-    return True
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    # imported here: a run without a pyproject.toml or budget file never parses TOML
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the budget file: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-
-
-def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
-    """``[tool.gpuprof]`` (without its budget) and its ``budget`` table, validated."""
-    if path is None or not path.is_file():
-        return {}, Budget()
-    table = load_toml(path).get("tool", {}).get("gpuprof", {})
-    source = f"{path} [tool.gpuprof]"
-    settings: dict[str, Any] = {}
-    for key, value in check.table(table, "tool.gpuprof", source, ConfigError).items():
-        if key == "budget":
-            continue
-        if key in _CHOICES:
-            check.choice(value, key, source, _CHOICES[key], ConfigError)
-        elif key in _FILE_KEYS:
-            check_number(key, value, source)
-        elif key in _TEXT_KEYS:
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{source}: {key} = {value!r}: a non-empty string is expected")
-        else:
-            raise check.unknown(key, source, [*_CHOICES, *_FILE_KEYS, *_TEXT_KEYS, "budget"], "key", ConfigError)
-        settings[key] = value
-    try:
-        budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")
-    except BudgetError as e:
-        raise ConfigError(str(e)) from None
-    return settings, budget
-
-
-def read_budget_file(path: Path) -> Budget:
-    """A ``--gpu-budget-file=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
-    if not path.is_file():
-        raise ConfigError(f"--gpu-budget-file={path}: no such file")
-    data = load_toml(path)
-    if "tool" in data and not data.get("tool", {}).get("gpuprof", {}).get("budget"):
-        raise ConfigError(f"{path}: a [tool] table without [tool.gpuprof.budget]: nothing here is a budget")
-    nested = data.get("tool", {}).get("gpuprof", {}).get("budget") if "tool" in data else None
-    try:
-        return parse_budget(nested if nested is not None else data, str(path))
-    except BudgetError as e:
-        raise ConfigError(str(e)) from None
-
-
-def _summary_rows(value: str) -> int | None:
-    if value == "all":
-        return None
-    try:
-        rows = int(value)
-    except ValueError:
-        rows = -1
-    if rows < 0:
-        raise ConfigError(f"--gpu-summary={value}: expected a number of rows (0 or more) or 'all'")
-    return rows
-
-
-def _devices(value: str | None) -> tuple[int, ...] | str | None:
-    if value is None or value == "all":
-        return value
-    try:
-        devices = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1") from None
-    if not devices or min(devices) < 0:
-        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
-    return devices
-
-
-def _pyproject(config: pytest.Config) -> Path | None:
-    inipath = config.inipath
-    if inipath is not None and inipath.name == "pyproject.toml":
-        return inipath
-    candidate = config.rootpath / "pyproject.toml"
-    return candidate if candidate.is_file() else None
 
 
 def marker_budget(nodeid: str, markers: list[pytest.Mark], base: Budget) -> Budget:

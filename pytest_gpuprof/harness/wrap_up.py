@@ -101,31 +101,17 @@ class Outputs:
             tr.write_line(rest)
         for nodeid, reason in crashed.items():
             tr.write_line(f"{nodeid}: lost: {reason}")
-        details = [line for i in shown for line in every[i].details]
-        if details:
-            tr.write_line("")
-            tr.write_line("budget breaches and where the time went:")
-            for line in details:
-                tr.write_line(line)
-        top = [
-            line
-            for nodeid, v in views.items()
-            for line in memory_top(nodeid, v.test["metrics"], self.settings.memory_top)
-        ]
-        if top:
-            tr.write_line("")
-            tr.write_line("where the device memory was at each test's peak (--gpu-memory-top):")
-            for line in top:
-                tr.write_line(line)
+        _block(tr, "budget breaches and where the time went:", [line for i in shown for line in every[i].details])
+        top = self.settings.memory_top
+        _block(
+            tr,
+            "where the device memory was at each test's peak (--gpu-memory-top):",
+            [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
+        )
         compare = [line for v in views.values() for line in v.compare]
-        if compare:
-            tr.write_line("")
-            tr.write_line(f"compared with baseline {compared_with}:")
-            for line in compare:
-                tr.write_line(f"  {line}")
-            new = sum(line.endswith(NEW) for line in compare)
-            if new:
-                tr.write_line(f"gpuprof: {new} of {len(views)} tests ungated: {NEW}")
+        _block(tr, f"compared with baseline {compared_with}:", [f"  {line}" for line in compare])
+        if new := sum(line.endswith(NEW) for line in compare):
+            tr.write_line(f"gpuprof: {new} of {len(views)} tests ungated: {NEW}")
         if self.settings.compare is not None and not self.settings.compare_fail:
             tr.write_line(
                 "gpuprof: nothing gates on these changes: give --gpu-compare-fail=EXPR (for example "
@@ -345,3 +331,12 @@ FILES = (
     File(CSV, lambda s: s.csv, _csv, per_test=_csv_rows),
     File("step summary", _summary_path, _step_summary, append=True),
 )
+
+
+def _block(tr: Any, heading: str, lines: list[str]) -> None:
+    """A section of the summary: a blank line, ``heading``, its lines; nothing without lines."""
+    if lines:
+        tr.write_line("")
+        tr.write_line(heading)
+        for line in lines:
+            tr.write_line(line)

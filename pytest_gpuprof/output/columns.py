@@ -152,7 +152,7 @@ def report_rows(
 ) -> list[tuple[str, list[str], dict[str, float]]]:
     """The table's rows of a report's tests (``gpuprof show``): the default cells from each
     entry, and its figures at ``paths``."""
-    from pytest_gpuprof.verdict.compare import value_at
+    from pytest_gpuprof.verdict.samples import value_at
 
     out = []
     for t in tests:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.verdict.compare import samples_of
+from pytest_gpuprof.verdict.samples import samples_of
 
 TOOLS = {"customSmallerIsBetter": "up", "customBiggerIsBetter": "down"}  # the way each tool's metrics get worse
 

@@ -16,7 +16,7 @@ from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.output import storage
 from pytest_gpuprof.output import store as storage_store
-from pytest_gpuprof.verdict.compare import samples_of
+from pytest_gpuprof.verdict.samples import samples_of
 
 DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
 

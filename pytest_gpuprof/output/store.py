@@ -27,13 +27,11 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_gpuprof.output.files import json_text, written
+from pytest_gpuprof.output.reference import Reference
 from pytest_gpuprof.output.storage import BaselineError, check_name, entry_problem, not_accepted, parse, shown
-
-if TYPE_CHECKING:
-    pass
 
 # the default metrics of ``gpuprof history``, kept in each summary
 SUMMARY_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -135,7 +133,7 @@ class Summary:
 
     @classmethod
     def of(cls, key: str, record: dict[str, Any]) -> Summary:
-        from pytest_gpuprof.verdict.compare import samples_of
+        from pytest_gpuprof.verdict.samples import samples_of
 
         file = key.rsplit("/", 1)[-1]
         match = _RECORD.match(file) or _LEGACY.match(file)
@@ -379,71 +377,6 @@ class Store:
         with self._failing(f"remove {len(removed)} record(s)"):
             self.fs.rm([self._path(k) for k in removed])
         return removed
-
-
-@dataclass
-class Reference:
-    """Each test's baseline entry: from the newest accepted record that holds it (a shard
-    that lacks a test leaves it to the record that has it), pooled over ``pooled`` of them."""
-
-    store: Store | None
-    accepted: tuple[Summary, ...]  # newest first
-    pooled: int
-    where: str  # the newest record's location: the compare line names it
-    why: str
-    newest: Summary | None
-    _records: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def of_report(cls, report: dict[str, Any], where: str) -> Reference:
-        """A single report given by its path: every test from it."""
-        ref = cls(None, (), 1, where, "the file given", None)
-        ref._records[where] = report
-        return ref
-
-    @property
-    def first(self) -> dict[str, Any]:
-        """The newest record (whose machine a comparison checks)."""
-        if self.store is None:
-            return self._records[self.where]
-        assert self.newest is not None
-        return self._record(self.newest.key)
-
-    def _record(self, key: str) -> dict[str, Any]:
-        if key not in self._records:
-            assert self.store is not None
-            self._records[key] = self.store.read(key)
-        return self._records[key]
-
-    def entry(self, nodeid: str) -> tuple[dict[str, Any], str, int] | None:
-        """The test's entry, where it came from, and how many baselines it pools; ``None``
-        for a test no accepted baseline holds."""
-        if self.store is None:
-            test = _test(self._records[self.where], nodeid)
-            return None if test is None else (test, self.where, 1)
-        holding = [s for s in self.accepted if nodeid in s.tests][: self.pooled]
-        if not holding:
-            return None
-        entries = [e for s in holding if (e := _test(self._record(s.key), nodeid)) is not None]
-        if not entries:
-            return None
-        source = self.store.where(holding[0].key)
-        return (entries[0] if len(entries) == 1 else pool(entries)), source, len(entries)
-
-
-def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """One baseline entry of several runs of a test: the newest's figures, every round's
-    samples of all of them."""
-    rounds: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        for path, summary in (entry.get("rounds") or {}).items():
-            if isinstance(summary, dict) and isinstance(summary.get("samples"), list):
-                rounds.setdefault(path, {"samples": []})["samples"].extend(summary["samples"])
-    return {**entries[0], "rounds": rounds, "pooled": len(entries)}
-
-
-def _test(report: dict[str, Any], nodeid: str) -> dict[str, Any] | None:
-    return next((t for t in report["tests"] if t.get("nodeid") == nodeid), None)
 
 
 def _is_record(key: str) -> bool:

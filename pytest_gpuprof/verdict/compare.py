@@ -25,6 +25,7 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
 from pytest_gpuprof.analysis.names import readable, short, short_names
+from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 # the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
 _EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.:\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
@@ -290,39 +291,6 @@ def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[fl
 
 def _median(values: Sequence[float]) -> float | None:
     return float(statistics.median(values)) if values else None
-
-
-def samples_of(test: dict[str, Any], metric: str) -> list[float]:
-    """A report test's samples of ``metric``: its rounds, else its single value."""
-    rounds = test.get("rounds", {}).get(metric)
-    if isinstance(rounds, dict) and isinstance(rounds.get("samples"), list):
-        return [float(v) for v in rounds["samples"]]
-    value = value_at(test.get("metrics", {}), metric)
-    return [] if value is None else [float(value)]
-
-
-def value_at(metrics: dict[str, Any], path: str) -> float | None:
-    """A report entry's ``metrics`` value at a flat path (``steps.upload.idle_ms``), else None."""
-    node: object = metrics
-    for part in _split_path(path):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    if isinstance(node, bool) or not isinstance(node, int | float):
-        return None
-    return float(node)
-
-
-def _split_path(path: str) -> list[str]:
-    # steps.NAME.key and what_if.SCENARIO.key: a step name may itself contain dots
-    parts = descriptors.split_path(path)
-    if parts is None:
-        return path.split(".")
-    scope, owner, name = parts
-    if scope == "kernel":  # a report keeps each kernel's time under kernel_totals
-        return ["kernel_totals", owner or ""]
-    head = {"window": None, "step": "steps"}.get(scope, scope)
-    return [p for p in (head, owner, name) if p is not None]
 
 
 def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any], current_test: dict) -> list[Change]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import platform
 import threading
-import weakref
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -24,6 +22,7 @@ from pytest_gpuprof.analysis import sources as kinds
 from pytest_gpuprof.analysis.device_work import DeviceWork
 from pytest_gpuprof.analysis.model import DeviceInterval
 from pytest_gpuprof.capture.backends.base import HOST, DeviceInfo
+from pytest_gpuprof.capture.backends.host_pool import HostBuffer, Pool, filled
 from pytest_gpuprof.capture.clock import Clock, RealClock
 from pytest_gpuprof.capture.span_stack import current_span_id
 from pytest_gpuprof.capture.trace_source import TraceSource
@@ -84,93 +83,6 @@ class HostStream(_Worker):
         self.index = index
 
 
-# the uploads' source data (``HostBackend._source``), each byte FILL
-FILL = 7
-_FILLED: np.ndarray | None = None
-
-
-class HostBuffer:
-    """Device memory of the host backend; returns to the pool when dropped."""
-
-    __slots__ = ("__weakref__", "array", "nbytes")
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-        self.nbytes = array.nbytes
-
-
-# On the virtual clock, the host memory of trimmed blocks, kept for the next allocation of
-# its size in this process, up to this many bytes. Its times do not depend on the memory
-# being new, and new memory is what costs here: a first write faults every page in (about
-# 160 ms for 64 MiB on a 2-core CI machine, against 7 ms for a copy of it), and the
-# pipeline's trim step frees every block each round. On the real clock a trim frees.
-SPARE_BYTES = 1 << 30
-_SPARE: dict[int, list[np.ndarray]] = defaultdict(list)
-_SPARE_LOCK = threading.Lock()
-
-
-def _spare(nbytes: int) -> np.ndarray | None:
-    with _SPARE_LOCK:
-        blocks = _SPARE.get(nbytes)
-        return blocks.pop() if blocks else None
-
-
-def _keep_spare(blocks: list[np.ndarray]) -> None:
-    with _SPARE_LOCK:
-        kept = sum(a.nbytes for arrays in _SPARE.values() for a in arrays)
-        for array in blocks:
-            if kept + array.nbytes <= SPARE_BYTES:
-                _SPARE[array.nbytes].append(array)
-                kept += array.nbytes
-
-
-class _Pool:
-    """A caching allocator: freed blocks wait for reuse until ``trim``."""
-
-    def __init__(self, *, premap: bool) -> None:
-        self._premap = premap  # the real clock: map new blocks at once, and free trimmed ones
-        self._lock = threading.Lock()
-        self._free: dict[int, list[np.ndarray]] = defaultdict(list)
-        self.in_use = 0
-        # told of each allocation and free while a test's memory is tracked (``capture.memory``)
-        self.observer: Any = None
-
-    def alloc(self, nbytes: int) -> HostBuffer:
-        with self._lock:
-            blocks = self._free.get(nbytes)
-            array = blocks.pop() if blocks else None
-        if array is None and not self._premap:
-            array = _spare(nbytes)
-        if array is None:
-            # A GPU allocator maps device memory when it allocates; here the first write
-            # would map the pages, inside whichever copy came first: on the real clock, map
-            # them now (the virtual clock's times do not depend on it)
-            array = np.zeros(nbytes, dtype=np.uint8)
-            if self._premap:
-                array[:: os.sysconf("SC_PAGE_SIZE") if nbytes else 1] = 0
-        with self._lock:
-            self.in_use += nbytes
-        buffer = HostBuffer(array)
-        weakref.finalize(buffer, self._release, array)
-        if (observer := self.observer) is not None:
-            observer.allocated(id(array), nbytes)
-        return buffer
-
-    def _release(self, array: np.ndarray) -> None:
-        with self._lock:
-            self._free[array.nbytes].append(array)
-            self.in_use -= array.nbytes
-        if (observer := self.observer) is not None:
-            observer.freed(id(array), array.nbytes)
-
-    def trim(self) -> None:
-        with self._lock:
-            trimmed = [a for arrays in self._free.values() for a in arrays]
-            self._free.clear()
-        if not self._premap:
-            _keep_spare(trimmed)
-
-
 class HostStamps(TraceSource):
     """The host backend's own source: each interval as the thread that ran it stamped it."""
 
@@ -214,7 +126,7 @@ class HostBackend:
         self.on_interval: Callable[[DeviceInterval], None] | None = None
         self._streams: list[HostStream] = []
         self._copy_engine = _Worker("gpuprof-host-copy-engine", self.clock)
-        self.pool = _Pool(premap=not self.clock.virtual)
+        self.pool = Pool(premap=not self.clock.virtual)
         self.default_stream = self.stream()
         # its own stamps, unless a registered source reads it (``capture.sources``)
         self.source = HostStamps(self)
@@ -283,24 +195,11 @@ class HostBackend:
     def memory_in_use(self) -> int:
         return self.pool.in_use
 
-    def _source(self, nbytes: int) -> np.ndarray:
-        # The user's data already sits in host memory before an upload: keep the filled
-        # source of the latest size (one, not one per size: sizes may be many and large)
-        # so that the copy, not the filling, is what gets timed. One for the process: only
-        # ever read, so every backend of it (a pytester run's) shares it.
-        global _FILLED
-        src = _FILLED
-        if src is None or src.nbytes != nbytes:
-            src = np.full(nbytes, FILL, dtype=np.uint8)
-            src.flags.writeable = False
-            _FILLED = src
-        return src
-
     def upload(
         self, nbytes: int, *, pinned: bool = True, stream: HostStream | None = None, out: HostBuffer | None = None
     ) -> HostBuffer:
         dst = out if out is not None else self.alloc(nbytes)
-        src = self._source(nbytes)
+        src = filled(nbytes)
         tag = current_span_id()
         target = self._on(stream)
         if not pinned:

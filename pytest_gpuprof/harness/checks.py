@@ -1,0 +1,170 @@
+"""The checks of what the settings read: a setting's value in its range, an output path
+that can be written, ``[tool.gpuprof]`` and a budget file read and validated. Each failure
+is a ``ConfigError`` naming the key and where it came from."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuprof.harness.options import TABLE
+from pytest_gpuprof.verdict import validate as check
+from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
+from pytest_gpuprof.verdict.validate import Number
+
+# the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
+CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
+FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
+TEXT_KEYS = tuple(o.key for o in TABLE if o.key and not o.choices and not o.number)
+
+
+class ConfigError(check.Invalid):
+    """A setting that cannot be used, with its key and source in the message."""
+
+
+def check_number(key: str, value: Any, source: str) -> None:
+    """One of the numeric settings: a number of the right kind, in its range."""
+    check.number(value, key, source, FILE_KEYS[key], ConfigError)
+
+
+def check_output(option: str, path: Path, *, folder: bool = False) -> None:
+    """An output path that can be written: checked at start-up, not after every test ran.
+    A symbolic link is followed (its target is what gets written); a device node, FIFO or
+    socket is refused, never replaced by a file."""
+    target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+    if target.exists():
+        if not folder and not target.is_dir() and not target.is_file():
+            raise ConfigError(f"{option}={path}: {_file_kind(target)}, not a regular file; give a file path")
+        if folder and not target.is_dir():
+            raise ConfigError(f"{option}={path}: exists and is not a folder")
+        if not folder and target.is_dir():
+            raise ConfigError(f"{option}={path}: is a folder; give a file path")
+        if not _can_create_in(target if folder else target.parent):
+            raise ConfigError(f"{option}={path}: not writable")
+        return
+    parent = target.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option}={path}: the folder {parent} does not exist")
+    if not _can_create_in(parent):
+        raise ConfigError(f"{option}={path}: the folder {parent} is not writable")
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+    ):
+        if test(mode):
+            return f"is {name}"
+    return "is a socket" if stat.S_ISSOCK(mode) else "is not a regular file"
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder``: tried, as the atomic writes will (a
+    permission check alone passes for root on read-only file systems such as /proc)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gpuprof-probe.", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    # imported here: a run without a pyproject.toml or budget file never parses TOML
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the budget file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
+    """``[tool.gpuprof]`` (without its budget) and its ``budget`` table, validated."""
+    if path is None or not path.is_file():
+        return {}, Budget()
+    table = load_toml(path).get("tool", {}).get("gpuprof", {})
+    source = f"{path} [tool.gpuprof]"
+    settings: dict[str, Any] = {}
+    for key, value in check.table(table, "tool.gpuprof", source, ConfigError).items():
+        if key == "budget":
+            continue
+        if key in CHOICES:
+            check.choice(value, key, source, CHOICES[key], ConfigError)
+        elif key in FILE_KEYS:
+            check_number(key, value, source)
+        elif key in TEXT_KEYS:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{source}: {key} = {value!r}: a non-empty string is expected")
+        else:
+            raise check.unknown(key, source, [*CHOICES, *FILE_KEYS, *TEXT_KEYS, "budget"], "key", ConfigError)
+        settings[key] = value
+    try:
+        budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")
+    except BudgetError as e:
+        raise ConfigError(str(e)) from None
+    return settings, budget
+
+
+def read_budget_file(path: Path) -> Budget:
+    """A ``--gpu-budget-file=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
+    if not path.is_file():
+        raise ConfigError(f"--gpu-budget-file={path}: no such file")
+    data = load_toml(path)
+    if "tool" in data and not data.get("tool", {}).get("gpuprof", {}).get("budget"):
+        raise ConfigError(f"{path}: a [tool] table without [tool.gpuprof.budget]: nothing here is a budget")
+    nested = data.get("tool", {}).get("gpuprof", {}).get("budget") if "tool" in data else None
+    try:
+        return parse_budget(nested if nested is not None else data, str(path))
+    except BudgetError as e:
+        raise ConfigError(str(e)) from None
+
+
+def summary_rows(value: str) -> int | None:
+    """``--gpu-summary``: a number of rows, or all (None)."""
+    if value == "all":
+        return None
+    try:
+        rows = int(value)
+    except ValueError:
+        rows = -1
+    if rows < 0:
+        raise ConfigError(f"--gpu-summary={value}: expected a number of rows (0 or more) or 'all'")
+    return rows
+
+
+def device_list(value: str | None) -> tuple[int, ...] | str | None:
+    """``--gpu-devices``: all, or the device indices listed."""
+    if value is None or value == "all":
+        return value
+    try:
+        devices = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1") from None
+    if not devices or min(devices) < 0:
+        raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
+    return devices
+
+
+def find_pyproject(config: pytest.Config) -> Path | None:
+    """The run's ``pyproject.toml``: pytest's ini file where it is one, else the root's."""
+    inipath = config.inipath
+    if inipath is not None and inipath.name == "pyproject.toml":
+        return inipath
+    candidate = config.rootpath / "pyproject.toml"
+    return candidate if candidate.is_file() else None
