@@ -27,7 +27,7 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.history import DEFAULT_METRICS
-from pytest_gpuprof.output.storage import BaselineError, entry_problem, load
+from pytest_gpuprof.output.storage import BaselineError, entry_problem, load, merge
 from pytest_gpuprof.output.store import Reference, Store
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import (
@@ -129,30 +129,6 @@ def compare(
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})
         lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed
-
-
-def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[str, Any]:
-    """One report of several, each test from the one report that holds it: a test in two
-    reports is refused (which of two measurements is the test's is not merge's to choose)."""
-    ids = {r["machine"].get("id") for r in reports}
-    if len(ids) > 1:
-        raise BaselineError(f"cannot merge reports of different machines: {', '.join(sorted(map(str, ids)))}")
-    names = list(names) or [f"report {i + 1}" for i in range(len(reports))]
-    tests: dict[str, dict[str, Any]] = {}
-    source: dict[str, str] = {}
-    for name, r in zip(names, reports):
-        for t in r["tests"]:
-            if t["nodeid"] in tests:
-                raise BaselineError(
-                    f"{t['nodeid']} is in {source[t['nodeid']]} and in {name}: merge takes each test from one "
-                    "report; remove it from one of them"
-                )
-            tests[t["nodeid"]], source[t["nodeid"]] = t, name
-    merged = {k: v for k, v in reports[-1].items() if k not in ("partial", "note")}
-    partial = [f"{r['partial']} ({i + 1} of {len(reports)})" for i, r in enumerate(reports) if r.get("partial")]
-    if partial:  # any input's run that did not finish makes the merge partial
-        merged["partial"] = "; ".join(partial)
-    return {**merged, "tests": list(tests.values())}
 
 
 def _output(path: Path) -> None:

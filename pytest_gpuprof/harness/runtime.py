@@ -257,11 +257,6 @@ class DeviceRuntime:
             self._machine = record
         return dict(self._machine)
 
-    def header(self) -> list[str]:
-        from pytest_gpuprof.harness.header import header
-
-        return header(self)
-
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:
             self.sampler.stop()

@@ -74,7 +74,9 @@ class GpuSession:
         return self.runtime.device
 
     def header(self) -> list[str]:
-        return self.runtime.header()
+        from pytest_gpuprof.harness.header import header
+
+        return header(self.runtime)
 
     # per test
     def profiler(self, budget: Budget, owner: str = "this test") -> Profiler:

@@ -3,13 +3,29 @@ of the store that holds it, or from one report given by its path."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from pytest_gpuprof.output.store import Store, Summary
+__all__ = ["Held", "Records", "Reference", "pool"]
 
-__all__ = ["Reference", "pool"]
+
+class Records(Protocol):
+    """Where the records are (a store): each read by its key, each key's location said."""
+
+    def read(self, key: str) -> dict[str, Any]: ...
+
+    def where(self, key: str) -> str: ...
+
+
+class Held(Protocol):
+    """A stored record as listed (a store's summary of it): its key and the tests it holds."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def tests(self) -> Mapping[str, Any]: ...
 
 
 @dataclass
@@ -17,12 +33,12 @@ class Reference:
     """Each test's baseline entry: from the newest accepted record that holds it (a shard
     that lacks a test leaves it to the record that has it), pooled over ``pooled`` of them."""
 
-    store: Store | None
-    accepted: tuple[Summary, ...]  # newest first
+    store: Records | None
+    accepted: tuple[Held, ...]  # newest first
     pooled: int
     where: str  # the newest record's location: the compare line names it
     why: str
-    newest: Summary | None
+    newest: Held | None
     _records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -150,3 +151,27 @@ def _figure(value: object) -> bool:
 
 def _kind(value: object) -> str:
     return "null" if value is None else repr(value) if isinstance(value, str) else type(value).__name__
+
+
+def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[str, Any]:
+    """One report of several, each test from the one report that holds it: a test in two
+    reports is refused (which of two measurements is the test's is not merge's to choose)."""
+    ids = {r["machine"].get("id") for r in reports}
+    if len(ids) > 1:
+        raise BaselineError(f"cannot merge reports of different machines: {', '.join(sorted(map(str, ids)))}")
+    names = list(names) or [f"report {i + 1}" for i in range(len(reports))]
+    tests: dict[str, dict[str, Any]] = {}
+    source: dict[str, str] = {}
+    for name, r in zip(names, reports):
+        for t in r["tests"]:
+            if t["nodeid"] in tests:
+                raise BaselineError(
+                    f"{t['nodeid']} is in {source[t['nodeid']]} and in {name}: merge takes each test from one "
+                    "report; remove it from one of them"
+                )
+            tests[t["nodeid"]], source[t["nodeid"]] = t, name
+    merged = {k: v for k, v in reports[-1].items() if k not in ("partial", "note")}
+    partial = [f"{r['partial']} ({i + 1} of {len(reports)})" for i, r in enumerate(reports) if r.get("partial")]
+    if partial:  # any input's run that did not finish makes the merge partial
+        merged["partial"] = "; ".join(partial)
+    return {**merged, "tests": list(tests.values())}
