@@ -29,13 +29,18 @@ class Run:
     created: str
     commit: str
     samples: tuple[float, ...]
-    median: float = field(init=False)  # of the samples, taken once: a fleet's history holds thousands
+    # of the samples, taken once in one sort: a fleet's history holds thousands of runs
+    low: float = field(init=False)
+    median: float = field(init=False)
+    high: float = field(init=False)
 
     def __post_init__(self) -> None:
         ordered = sorted(self.samples)
         middle = len(ordered) // 2
         median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        object.__setattr__(self, "low", ordered[0])
         object.__setattr__(self, "median", median)
+        object.__setattr__(self, "high", ordered[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +100,13 @@ def table(series: Sequence[Series]) -> list[str]:
     for s in series:
         lines.append(f"{s.test}  {s.metric}  ({len(s.runs)} runs, {len(s.changes)} change point(s))")
         marks = {c.index: c for c in s.changes}
+        shown = functools.partial(_shown, s.metric)
         for i, run in enumerate(s.runs):
-            low, high = min(run.samples), max(run.samples)
             mark = marks.get(i)
             shift = f"  <- change {100 * mark.relative:+.1f}%" if mark is not None else ""
             lines.append(
-                f"  {run.name:<24} {run.commit:<10} {_shown(s.metric, run.median):>12}"
-                f"  ({_shown(s.metric, low)} .. {_shown(s.metric, high)}){shift}"
+                f"  {run.name:<24} {run.commit:<10} {shown(run.median):>12}"
+                f"  ({shown(run.low)} .. {shown(run.high)}){shift}"
             )
     return lines
 
@@ -117,8 +122,8 @@ def page(series: Sequence[Series], machine: str) -> str:
 
 def _chart(s: Series, number: int) -> str:
     width, height, left, top, bottom = 900, 220, 70, 16, 40
-    lows = [min(r.samples) for r in s.runs]
-    highs = [max(r.samples) for r in s.runs]
+    lows = [r.low for r in s.runs]
+    highs = [r.high for r in s.runs]
     lo, hi = min(lows), max(highs)
     pad = (hi - lo) * 0.1 or abs(hi) * 0.05 or 1.0
     lo, hi = lo - pad, hi + pad
