@@ -1,6 +1,7 @@
 """What the baseline store costs against a real S3 endpoint (moto's server, started here).
 
-``python3 benchmarks/store.py [--sizes 1,100,10000] [--others 10000]``: for each size N,
+``python3 benchmarks/store.py [--sizes 1,100,10000] [--others 10000] [--server thread|process]``:
+for each size N,
 a fresh bucket holding N baselines of one machine (saved through ``Store.save``, 8 at a
 time as runners would) beside ``--others`` records of other machines; then, timed:
 
@@ -10,18 +11,23 @@ time as runners would) beside ``--others`` records of other machines; then, time
 
 A record is a report of 5 tests with 5 rounds of 20 metrics each. Every figure is one
 wall-clock time in seconds on this machine; moto answers a request in about 5-10 ms
-here, so the cost is mostly the number of requests.
+here, so the cost is mostly the number of requests. ``--server thread`` runs moto in this
+process, as the suite's tests do, where its work takes the reader's interpreter lock;
+``process`` (the default) runs it in a process of its own, as an endpoint is another
+machine's.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import concurrent.futures
 import io
 import logging
 import os
 import random
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -46,15 +52,28 @@ def _record(machine: str, i: int) -> dict:
     return {"schema": 1, "created": created, "machine": {"id": machine, "backend": "host"}, "tests": tests}
 
 
-def _server() -> str:
-    from moto.server import ThreadedMotoServer
-
+def _server(how: str) -> str:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
     endpoint = f"http://127.0.0.1:{port}"
+    if how == "thread":
+        from moto.server import ThreadedMotoServer
+
+        ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
+    else:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        atexit.register(server.terminate)
+        for _ in range(300):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
@@ -115,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1,100,10000", help="baselines of the measured machine, comma-separated")
     parser.add_argument("--others", type=int, default=10000, help="records of other machines beside them")
+    parser.add_argument("--server", choices=("thread", "process"), default="process", help="where moto runs")
     args = parser.parse_args(argv)
-    _server()
+    _server(args.server)
     table = []
     for size in (int(s) for s in args.sizes.split(",")):
         table.append((size, bench(size, args.others)))
