@@ -253,7 +253,7 @@ for i in range(SAVES):
 """
 
 
-SAVES = 6  # each of eight processes, released together
+SAVES = 20  # each of eight processes, released together
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
