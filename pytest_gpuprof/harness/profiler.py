@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import pytest
 
@@ -26,9 +26,6 @@ from pytest_gpuprof.harness.options import DEFAULT
 from pytest_gpuprof.harness.spans import SpanRecorder, SpanScope
 from pytest_gpuprof.harness.windows import Channels, Window, WindowCollector
 from pytest_gpuprof.verdict.budget import Budget, judge, parse_budget
-
-if TYPE_CHECKING:
-    pass
 
 
 class NotMeasured:
