@@ -16,6 +16,7 @@ from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.output import storage
 from pytest_gpuprof.output import store as storage_store
+from pytest_gpuprof.output.reference import test_of
 from pytest_gpuprof.verdict.samples import samples_of
 
 DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -72,7 +73,7 @@ def history(
             figures = s.tests.get(nodeid)
             if figures is None:
                 continue
-            test = next(t for t in records[s.key]["tests"] if t["nodeid"] == nodeid) if full else None
+            test = test_of(records[s.key], nodeid) if full else None
             name, commit = f"{number:04d}_{s.name}", s.commit[:10]
             for metric in metrics:
                 samples = samples_of(test, metric) if test is not None else figures.get(metric, [])

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Held", "Records", "Reference", "pool"]
+__all__ = ["Held", "Records", "Reference", "pool", "test_of"]
 
 
 class Records(Protocol):
