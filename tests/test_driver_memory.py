@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import memory as memory_mod
-from pytest_gpuprof.capture import driver_memory
+from pytest_gpuprof.capture import driver_memory, jax_memory
 from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
+from pytest_gpuprof.capture.memory_sources import Reading
 
 CALLS = ("cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemMap", "cuMemFree_v2", "cuMemUnmap", "cuMemAllocAsync")
 
@@ -192,12 +193,12 @@ def jax(monkeypatch):
 
 
 def test_jax_started_only_once_its_gpu_backend_is(jax):
-    assert driver_memory.jax_started()
+    assert jax_memory.jax_started()
     jax._backends = {"cpu": object()}
-    assert not driver_memory.jax_started()
+    assert not jax_memory.jax_started()
     del jax._backends
     jax.backends_are_initialized = lambda: False
-    assert not driver_memory.jax_started()
+    assert not jax_memory.jax_started()
 
 
 @pytest.mark.parametrize(
@@ -249,7 +250,7 @@ def test_jax_memory_is_followed_only_under_a_memory_budget_and_from_the_gates_ne
     first = tracker.mark(0)
     cupti.alloc(1 << 20)
     assert tracker.log(first, tracker.mark(1)) is None
-    assert tracker.why == driver_memory.UNGATED and cupti.callback is None  # not subscribed
+    assert tracker.why == jax_memory.UNGATED and cupti.callback is None  # not subscribed
     tracker.see_each()
     got = window(tracker, lambda: cupti.alloc(3 << 20))
     assert got.source == "driver" and got.peak_bytes == 3 << 20
@@ -289,7 +290,7 @@ class FrozenSource:
     closed = False
 
     def read(self):
-        return 10, 10, None, None, None
+        return Reading(10, 10)
 
     def edge(self, seq, *, step=False):
         pass

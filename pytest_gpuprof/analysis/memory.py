@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.analysis.model import Allocation, MemoryLog, Span
@@ -42,7 +42,7 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class MemoryMetrics:
-    peak_bytes: int
+    peak_bytes: int | None  # ``None``: known as a range only (``bounds``)
     reserved_peak_bytes: int | None
     peak_step: str | None
     source: str
@@ -58,6 +58,9 @@ class MemoryMetrics:
     # (PyTorch's reserved over its allocated, CuPy's pool over its used): a cache, not a leak
     cached_bytes: int | None = None
     note: str | None = None
+    # the figures known as a range only, by path (``memory.peak_bytes``, ``steps.NAME.memory_peak_bytes``):
+    # their least and most, where the source tells the process's peak only (JAX's statistics)
+    bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -76,6 +79,8 @@ class MemoryMetrics:
             out["leaks"] = [h.to_dict() for h in self.leaks]
         if self.note:
             out["note"] = self.note
+        if self.bounds:
+            out["bounds"] = {path: list(lo_hi) for path, lo_hi in self.bounds.items()}
         return out
 
 
@@ -85,8 +90,18 @@ def _innermost(open_: Sequence[int], spans: Mapping[int, Span]) -> Span | None:
     return max(steps, key=lambda s: (s.depth, s.start, s.span_id), default=None)
 
 
-def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None, dict[str, int]]:
-    """The window's memory figures and each step's peak (bytes over the window's start)."""
+def _peak(rises: Sequence[int], lows: Sequence[int]) -> tuple[int, int] | None:
+    """The highest of some stretches' peaks, as the least and most it can be (``None``: none).
+    A stretch known as a range only reaches at most the process's peak then, so the highest
+    is exact wherever a stretch's exact peak reaches every range's top."""
+    if not rises:
+        return None
+    return max(max(lows), 0), max(max(rises), 0)
+
+
+def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None, dict[str, int | None]]:
+    """The window's memory figures and each step's peak (bytes over the window's start;
+    ``None`` where it is known as a range only: ``MemoryMetrics.bounds``)."""
     marks = sorted(log.marks, key=lambda m: m.seq)
     if len(marks) < 2:
         return None, {}
@@ -94,15 +109,29 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     base, first, last = marks[0].held, marks[0].seq, marks[-1].seq
     stretches = list(itertools.pairwise(marks))  # the steps open over each: those after its first edge
     rises = [after.peak - base for _, after in stretches]
+    lows = [(after.peak if after.peak_low is None else after.peak_low) - base for _, after in stretches]
+    bounds: dict[str, tuple[int, int]] = {}
+    window = _peak(rises, lows)
+    assert window is not None
+    if window[0] < window[1]:
+        bounds["memory.peak_bytes"] = window
     top = max(range(len(rises)), key=lambda i: rises[i])
-    # a window that never held more than it began with has no peak, so no step reached it
-    open_at_peak = stretches[top][0].open if rises[top] > 0 else ()
+    # a window that never held more than it began with has no peak, so no step reached it;
+    # nor is the step at the peak known where the peak is a range
+    open_at_peak = stretches[top][0].open if rises[top] > 0 and "memory.peak_bytes" not in bounds else ()
     at_peak = _innermost(open_at_peak, spans)
     within = sorted((spans[i] for i in open_at_peak if i in spans), key=lambda s: (s.depth, s.start))
-    step_peaks: dict[str, int] = {}
-    for (before, _), rise in zip(stretches, rises, strict=True):
-        for name in {spans[i].name for i in before.open if i in spans}:
-            step_peaks[name] = max(step_peaks.get(name, 0), max(rise, 0))
+    by_step: dict[str, list[int]] = defaultdict(list)
+    for i, (before, _) in enumerate(stretches):
+        for name in {spans[j].name for j in before.open if j in spans}:
+            by_step[name].append(i)
+    step_peaks: dict[str, int | None] = {}
+    for name, at in by_step.items():
+        step = _peak([rises[i] for i in at], [lows[i] for i in at])
+        assert step is not None
+        if step[0] < step[1]:
+            bounds[f"steps.{name}.memory_peak_bytes"] = step
+        step_peaks[name] = step[1] if step[0] == step[1] else None
     reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
     largest: tuple[Held, ...] = ()
     leaks: tuple[Held, ...] = ()
@@ -123,7 +152,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
             sites = _by_place(live, spans)[:SITES]
     end = marks[-1]
     metrics = MemoryMetrics(
-        peak_bytes=max(rises[top], 0),
+        peak_bytes=None if "memory.peak_bytes" in bounds else window[1],
         reserved_peak_bytes=max(reserved) if reserved else None,
         peak_step=at_peak.name if at_peak is not None else None,
         source=log.source,
@@ -134,6 +163,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         sites=sites,
         cached_bytes=None if end.reserved is None else max(end.reserved - end.held, 0),
         note=log.note,
+        bounds=bounds,
     )
     return metrics, step_peaks
 

@@ -94,7 +94,9 @@ class MemoryMark(NamedTuple):
     gives host code no time). The bytes held now, the most held since the mark before
     (``peak_seq``: the allocation that reached it, where the source sees each one), what the
     process had reserved from the driver now and at most since the mark before (``None``:
-    not known), and the steps open after this edge (their span ids)."""
+    not known), and the steps open after this edge (their span ids). ``peak_low``: where
+    the source knows the peak since the mark before only as a range, its least (``peak``
+    its most); ``None``: ``peak`` is exact."""
 
     seq: int
     time: int
@@ -104,6 +106,7 @@ class MemoryMark(NamedTuple):
     reserved: int | None = None
     reserved_peak: int | None = None
     open: tuple[int, ...] = ()
+    peak_low: int | None = None
 
 
 class Allocation(NamedTuple):

@@ -10,18 +10,15 @@ is counted where it is backed: ``cuMemMap`` adds the mapped range, ``cuMemUnmap`
 away. What the process allocated before the source began is not counted, and freeing it
 changes nothing.
 
-JAX needs it, and says how far it can be read (``for_jax``): XLA's default allocators keep
-a pool (preallocated, or grown and never shrunk) whose use the driver never sees, so a
-window's peak there is "not measured", with how to make it measurable
-(``XLA_PYTHON_CLIENT_ALLOCATOR=platform``: each array its own mapping). The callbacks cost
-each allocation some Python (a loop of small jitted steps ran twice as long on the H200),
-so they are followed only where the test gates memory, as CuPy's allocation hook is.
+JAX under its platform allocator needs it (``jax_memory.for_jax``): each array its own
+mapping. The callbacks cost each allocation some Python (a loop of small jitted steps ran
+twice as long on the H200), so they are followed only where the test gates memory, as
+CuPy's allocation hook is.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -105,8 +102,8 @@ class DriverSource(Counted):
             self.failed = f"a {data.function_name} call could not be read ({e})"
 
     def read(self) -> Reading:
-        held, peak, seq, _, _ = super().read()
-        return held, peak, seq, held, peak  # what the driver handed out is what the process reserved
+        counted = super().read()  # what the driver handed out is what the process reserved
+        return counted._replace(reserved=counted.held, reserved_peak=counted.peak)
 
     def close(self) -> None:
         if self._subscriber is not None:
@@ -115,53 +112,3 @@ class DriverSource(Counted):
 
 
 _CALLS = {"alloc": _ALLOCS, "pitched": _PITCHED, "map": _MAPS, "free": _FREES}
-
-
-def jax_started() -> bool:
-    """Whether JAX has started a GPU backend in this process (it holds device memory only then)."""
-    if "jax" not in sys.modules:
-        return False
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    backends = getattr(bridge, "_backends", None)
-    if isinstance(backends, dict):
-        return any(name in backends for name in ("cuda", "gpu", "rocm"))
-    started = getattr(bridge, "backends_are_initialized", None)
-    return bool(started()) if callable(started) else True  # cannot tell: assume it has
-
-
-PLATFORM = "set XLA_PYTHON_CLIENT_ALLOCATOR=platform to measure it"
-
-
-def jax_pool() -> str | None:
-    """Why JAX's memory cannot be read from the driver, from its allocator's settings
-    (``None``: each array is its own allocation, which the driver sees)."""
-    allocator = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default").lower()
-    if allocator in ("platform", "cuda_async"):
-        return None
-    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0"):
-        return f"JAX preallocated most of the device for its pool: what its code held in it is not seen ({PLATFORM})"
-    return f"JAX's pool grows and never shrinks, and what its code held in it is not seen ({PLATFORM})"
-
-
-UNGATED = (
-    "JAX's memory is read from the driver's allocation calls only where a memory budget asks for it "
-    "(following them doubled a loop of small JAX steps on the H200)"
-)
-
-
-def for_jax(tick: Callable[[], int], *, gated: bool) -> tuple[DriverSource | None, str | None]:
-    """The source that reads JAX's device memory, or why there is none. Following the
-    driver's calls costs each allocation a Python callback: only ``gated`` tests pay it."""
-    why = jax_pool()
-    if why is not None:
-        return None, why
-    if not gated:
-        return None, UNGATED
-    try:
-        from cupti import cupti
-    except ImportError:
-        return None, "JAX's memory is read from the driver through cupti-python, which is not installed"
-    try:
-        return DriverSource(tick, cupti), None
-    except Exception as e:  # another CUPTI subscriber (a profiler) in this process
-        return None, f"the driver's allocation calls could not be followed ({e})"

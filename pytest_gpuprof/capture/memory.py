@@ -6,8 +6,8 @@ A ``MemoryTracker`` keeps ``Mark``s: at each, the bytes held now and the most he
 the mark before (and the same for what the process had reserved from the driver). The
 sources (``memory_sources``) are the allocators that a test's code uses, found as they come
 into use (``Discovery``): PyTorch's, CuPy's, the host backend's pool; where JAX has started,
-the driver's allocation calls instead (``driver_memory``), or, where JAX keeps a pool the
-driver cannot see into, none, and the reason.
+its allocator's statistics beside them (its own pool), or the driver's allocation calls
+instead of them (its platform allocator, ``jax_memory``).
 
 ``analysis.memory`` turns the marks of a window into its ``memory`` figures. A source
 whose framework has not touched the device yet is not used; where none is, the window
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pytest_gpuprof.analysis.model import MemoryLog, MemoryMark
-from pytest_gpuprof.capture import driver_memory
+from pytest_gpuprof.capture import jax_memory
 from pytest_gpuprof.capture.memory_sources import CupySource, HostSource, MemorySource, Reading
 from pytest_gpuprof.capture.torch_memory import STRIDE, TorchSource
 
@@ -47,12 +47,15 @@ class Discovery:
 
     def __call__(self, tick: Callable[[], int]) -> list[MemorySource]:
         out: list[MemorySource] = []
-        if "jax" not in self._seen and driver_memory.jax_started():
-            # the driver sees JAX's arrays, and the other frameworks' allocations with them
-            self._seen |= {"jax", "torch", "cupy"}
-            self.restart = True
-            source, self.unseen = driver_memory.for_jax(tick, gated=self.each)
-            return [source] if source is not None else []
+        if "jax" not in self._seen and jax_memory.jax_started():
+            self._seen.add("jax")
+            source, self.unseen = jax_memory.for_jax(tick, gated=self.each)
+            if not isinstance(source, jax_memory.JaxStats):
+                # the driver sees JAX's arrays and the other frameworks' with them; or nothing is read
+                self._seen |= {"torch", "cupy"}
+                self.restart = True
+                return [source] if source is not None else []
+            out.append(source)  # JAX's own pool, beside the other frameworks'
         torch = sys.modules.get("torch")
         if "torch" not in self._seen and torch is not None and torch.cuda.is_initialized():
             self._seen.add("torch")
@@ -109,7 +112,7 @@ class MemoryTracker:
         self._each = True
         if isinstance(self._discover, Discovery):
             self._discover.each = True
-            if self._discover.unseen == driver_memory.UNGATED:
+            if self._discover.unseen == jax_memory.UNGATED:
                 self._discover.forget_jax()  # found before the gate: followed from the next mark
         self.sources = [s.hooked(self.tick) if isinstance(s, (CupySource, TorchSource)) else s for s in self.sources]
 
@@ -203,11 +206,13 @@ def _combine(edge: _Edge, settled: list[dict[int, Reading] | None]) -> MemoryMar
     one stretch)."""
     # the sources only grow while edges are kept: ``settled`` is at least as long as ``readings``
     readings = [r if later is None else later.get(edge.seq, r) for r, later in zip(edge.readings, settled)]
-    held = sum(r[0] for r in readings)
-    peak = max(r[1] + held - r[0] for r in readings)
-    reached = [r[2] for r in readings if r[2] is not None and r[1] + held - r[0] == peak]
-    reserved = [r[3] for r in readings if r[3] is not None]
-    reserved_peaks = [r[4] for r in readings if r[4] is not None]
+    held = sum(r.held for r in readings)
+    peak = max(r.peak + held - r.held for r in readings)
+    # a source that knows its peak as a range only: the least the stretch's peak can be
+    low = max((r.peak if r.peak_low is None else r.peak_low) + held - r.held for r in readings)
+    reached = [r.peak_seq for r in readings if r.peak_seq is not None and r.peak + held - r.held == peak]
+    reserved = [r.reserved for r in readings if r.reserved is not None]
+    reserved_peaks = [r.reserved_peak for r in readings if r.reserved_peak is not None]
     return MemoryMark(
         edge.seq,
         edge.time,
@@ -217,6 +222,7 @@ def _combine(edge: _Edge, settled: list[dict[int, Reading] | None]) -> MemoryMar
         sum(reserved) if reserved else None,
         sum(reserved_peaks) if reserved_peaks else None,
         edge.open,
+        low if low < peak else None,
     )
 
 

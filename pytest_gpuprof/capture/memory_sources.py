@@ -13,13 +13,25 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pytest_gpuprof.analysis.model import Allocation
 from pytest_gpuprof.capture.span_stack import current_span_id
 from pytest_gpuprof.capture.stacks import Places
 
-Reading = tuple[int, int, int | None, int | None, int | None]  # held, peak, peak_seq, reserved, reserved_peak
+
+class Reading(NamedTuple):
+    """A source's figures at a mark: held now, the most held since the mark before (the
+    allocation that reached it, where known), reserved now and at most since then.
+    ``peak_low``: where the source knows the stretch's peak only as a range (JAX's
+    statistics), its least; ``peak`` is then its most."""
+
+    held: int
+    peak: int
+    peak_seq: int | None = None
+    reserved: int | None = None
+    reserved_peak: int | None = None
+    peak_low: int | None = None
 
 
 class MemorySource(Protocol):
@@ -74,7 +86,7 @@ class Counted:
 
     def read(self) -> Reading:
         with self._lock:
-            out = (self.held, self.peak, self.peak_seq, self.reserved, self.reserved_peak)
+            out = Reading(self.held, self.peak, self.peak_seq, self.reserved, self.reserved_peak)
             self.peak, self.peak_seq, self.reserved_peak = self.held, None, self.reserved
         return out
 
@@ -171,10 +183,10 @@ class CupySource(Counted):
         reserved = int(self._pool.total_bytes())
         if self._hook is None:
             used = int(self._pool.used_bytes())
-            return used, used, None, reserved, reserved
-        held, peak, peak_seq, before, _ = super().read()
+            return Reading(used, used, None, reserved, reserved)
+        counted = super().read()
         self.reserved = reserved
-        return held, peak, peak_seq, reserved, max(reserved, before or 0)
+        return counted._replace(reserved=reserved, reserved_peak=max(reserved, counted.reserved or 0))
 
     def hooked(self, tick: Callable[[], int]) -> CupySource:
         """This source, seeing each allocation from now on."""

@@ -64,7 +64,7 @@ def replay(
     memory allocated before the first edge lowers what is held and frees no allocation."""
     held, reserved = start
     peak, peak_seq, reserved_peak = held, None, reserved
-    readings: dict[int, Reading] = {edges[0]: (held, held, None, reserved, reserved)}
+    readings: dict[int, Reading] = {edges[0]: Reading(held, held, None, reserved, reserved)}
     live: dict[int, Allocation] = {}
     made: list[Allocation] = []
     by_edge: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
@@ -89,7 +89,7 @@ def replay(
                     live[address] = Allocation(seq, None, size, place(event.get("frames") or ()), step_of(before))
             elif (gone := live.pop(address, None)) is not None:
                 made.append(gone._replace(end_seq=seq))
-        readings[after] = (held, peak, peak_seq, reserved, reserved_peak)
+        readings[after] = Reading(held, peak, peak_seq, reserved, reserved_peak)
         peak, peak_seq, reserved_peak = held, None, reserved
     return readings, [*made, *live.values()]
 
@@ -142,8 +142,8 @@ class TorchSource:
         (a window's start), else nothing yet: ``settle`` gives the edge's figures."""
         if self._start is None:
             held, reserved = self._start = self._counters()
-            return held, held, None, reserved, reserved
-        return 0, 0, None, None, None
+            return Reading(held, held, None, reserved, reserved)
+        return Reading(0, 0)
 
     def edge(self, seq: int, *, step: bool = False) -> None:
         """Tag what the allocator does from now on with the edge's ``seq``. At a window's

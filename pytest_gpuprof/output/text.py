@@ -59,11 +59,12 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
     where it was measured): the peak, its step, what was live then, the leaks."""
     m = metrics.memory
     on_memory = any(b.metric.startswith("memory.") or b.metric.endswith("memory_peak_bytes") for b in breaches)
-    if m is None or not (on_memory or (always and (m.peak_bytes or m.leaked_bytes))):
+    if m is None or not (on_memory or (always and (m.peak_bytes or m.leaked_bytes or m.bounds))):
         return []
     step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
     reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
-    lines = [f"device memory: peak {human_bytes(m.peak_bytes)} over the window's start{step}{reserved} ({m.source})"]
+    peak = peak_shown(m.peak_bytes, m.bounds.get("memory.peak_bytes"))
+    lines = [f"device memory: peak {peak} over the window's start{step}{reserved} ({m.source})"]
     if m.largest:
         lines.append(
             "live at the peak: "
@@ -81,6 +82,13 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
     return lines
 
 
+def peak_shown(peak: int | None, bounds: Sequence[int] | None) -> str:
+    """A peak in bytes, or the range it is known to lie in (JAX's statistics)."""
+    if peak is None and bounds is not None:
+        return f"between {human_bytes(bounds[0])} and {human_bytes(bounds[1])}"
+    return human_bytes(peak) if peak is not None else "not measured"
+
+
 def memory_top(nodeid: str, metrics: Mapping[str, Any], n: int) -> list[str]:
     """``--gpu-memory-top``: the ``n`` places of a test's code that held the most device
     memory at its peak (``metrics``: its JSON figures), or why none is known."""
@@ -90,7 +98,8 @@ def memory_top(nodeid: str, metrics: Mapping[str, Any], n: int) -> list[str]:
     if memory is None:
         return [f"{nodeid}: device memory not measured ({metrics.get('memory_unseen') or 'no allocator seen'})"]
     sites = memory.get("sites") or []
-    head = f"{nodeid}: device memory peak {human_bytes(memory['peak_bytes'])} ({memory['source']})"
+    peak = peak_shown(memory["peak_bytes"], (memory.get("bounds") or {}).get("memory.peak_bytes"))
+    head = f"{nodeid}: device memory peak {peak} ({memory['source']})"
     if not sites:
         return [f"{head}: no allocation's place recorded ({memory.get('note') or 'none live at the peak'})"]
     shown = sites[:n]

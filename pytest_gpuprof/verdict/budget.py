@@ -252,8 +252,10 @@ def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
     """Every limit of ``budget`` that ``metrics`` breaches, in the descriptors' order; a
     limit on a figure that was not measured (``None``) is neither kept nor breached
     (``not_measured`` says so). A step budget that must run, on a step absent from the
-    window, is a breach: never a gate silently off."""
-    breaches = _breached("", budget, metrics)
+    window, is a breach: never a gate silently off. A figure known as a range only
+    (``MemoryMetrics.bounds``) breaches a limit its least exceeds."""
+    bounds = _bounds(metrics)
+    breaches = _breached("", budget, metrics, bounds)
     for name, limits in budget.steps.items():
         step = metrics.steps.get(name)
         if step is None:
@@ -262,8 +264,20 @@ def evaluate(budget: Budget, metrics: Metrics) -> list[Breach]:
                 detail = f"step {name!r} never ran in the window; steps were: {ran}"
                 breaches.append(Breach(f"steps.{name}", 0.0, "must run", "missing", f"steps.{name}", detail))
             continue
-        breaches += _breached(f"steps.{name}.", limits, step)
+        breaches += _breached(f"steps.{name}.", limits, step, bounds)
     return breaches
+
+
+def _bounds(metrics: Metrics) -> Mapping[str, tuple[int, int]]:
+    return metrics.memory.bounds if metrics.memory is not None else {}
+
+
+def _ranged(value: tuple[int, int], limit: Any, direction: str) -> bool | None:
+    """Whether a figure known only to lie in ``value`` breaches ``limit`` (``None``: it may or may not)."""
+    lo, hi = value
+    breached = lo > limit if direction == "max" else hi < limit
+    kept = hi <= limit if direction == "max" else lo >= limit
+    return True if breached else False if kept else None
 
 
 def _figure(figures: Any, metric: Metric) -> Any:
@@ -277,12 +291,17 @@ def _path(prefix: str, metric: Metric) -> str:
     return f"memory.{metric.name}" if metric.scope == "memory" else prefix + metric.name
 
 
-def _breached(prefix: str, limits: _Limits, figures: Any) -> list[Breach]:
+def _breached(prefix: str, limits: _Limits, figures: Any, bounds: Mapping[str, tuple[int, int]]) -> list[Breach]:
     out = []
     for key, limit in limits.set().items():
         metric = limits.KEYS[key]
         value = _figure(figures, metric)
         direction = metric.limit.direction if metric.limit is not None else "max"
+        ranged = bounds.get(_path(prefix, metric)) if value is None else None
+        if ranged is not None and _ranged(ranged, limit, direction):
+            lo, hi = ranged
+            detail = f"at least {lo:,} bytes: the peak lies between {lo:,} and {hi:,}"
+            out.append(Breach(_path(prefix, metric), float(lo), limit, direction, prefix + key, detail))
         if value is None:
             continue
         if direction == "forbid":
@@ -303,11 +322,19 @@ def not_measured(budget: Budget, metrics: Metrics) -> list[str]:
 def _unjudged(budget: Budget, metrics: Metrics) -> list[tuple[str, str, bool]]:
     owners: list[tuple[str, _Limits, Any]] = [("", budget, metrics)]
     owners += [(f"steps.{n}.", lim, metrics.steps[n]) for n, lim in budget.steps.items() if n in metrics.steps]
+    bounds = _bounds(metrics)
     out = []
     for prefix, limits, figures in owners:
-        for key in limits.set():
+        for key, limit in limits.set().items():
             metric = limits.KEYS[key]
             if _figure(figures, metric) is None:
+                ranged = bounds.get(_path(prefix, metric))
+                if ranged is not None:  # judged where the whole range lies on one side of the limit
+                    if _ranged(ranged, limit, metric.limit.direction if metric.limit else "max") is None:
+                        lo, hi = ranged
+                        note = metrics.memory.note if metrics.memory is not None else None
+                        out.append((prefix + key, f"it lies between {lo:,} and {hi:,} bytes ({note})", True))
+                    continue
                 why = getattr(metrics, metric.unseen_by) if metric.unseen_by else None
                 # the source did not see it (reported), or the window has none of it
                 reported = key in limits.own or metric.unseen_by is not None
