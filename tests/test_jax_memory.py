@@ -20,6 +20,7 @@ from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture import jax_memory
 from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
 from pytest_gpuprof.capture.memory_sources import Reading
+from pytest_gpuprof.output.text import explain_memory
 from pytest_gpuprof.verdict.budget import Budget, StepBudget, evaluate, not_measured
 
 
@@ -203,3 +204,10 @@ def test_jax_without_statistics_reads_not_measured_with_the_way_to_measure_it(ja
     assert tracker.log(first, tracker.mark(1)) is None
     assert tracker.why.startswith("JAX preallocated most of the device for its pool")
     assert "keeps no statistics" in tracker.why and "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in tracker.why
+
+
+def test_a_range_reads_as_one_in_the_message():
+    wide = explain_memory(bounded(10 << 20, 500 << 20), [], always=True)
+    assert wide[0].startswith("device memory: peak between 10.0 MiB and 500.0 MiB over the window's start")
+    narrow = explain_memory(bounded(576 << 20, (576 << 20) + 256), [], always=True)
+    assert narrow[0].startswith("device memory: peak 576.0 MiB (to within 256 B) over the window's start")

@@ -85,7 +85,8 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
 def peak_shown(peak: int | None, bounds: Sequence[int] | None) -> str:
     """A peak in bytes, or the range it is known to lie in (JAX's statistics)."""
     if peak is None and bounds is not None:
-        return f"between {human_bytes(bounds[0])} and {human_bytes(bounds[1])}"
+        lo, hi = human_bytes(bounds[0]), human_bytes(bounds[1])
+        return f"between {lo} and {hi}" if lo != hi else f"{lo} (to within {bounds[1] - bounds[0]:,} B)"
     return human_bytes(peak) if peak is not None else "not measured"
 
 

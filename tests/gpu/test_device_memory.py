@@ -240,7 +240,7 @@ def test_jax_pool_is_read_from_its_statistics(pytester, plugin_args, monkeypatch
     for train, test in tests.items():
         memory = test["metrics"]["memory"]
         print(f"train {train} MiB: {memory} {test['verdict']} {test['judgement']}")
-        assert memory["source"] == "jax" and "JAX's allocator statistics" in memory["note"]
+        assert "jax" in memory["source"].split("+") and "JAX's allocator statistics" in memory["note"]
         for path, expected in [
             ("memory.peak_bytes", (320 + int(train)) * MIB),
             ("steps.load.memory_peak_bytes", 320 * MIB),
