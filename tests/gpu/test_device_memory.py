@@ -249,7 +249,7 @@ def test_jax_pool_is_read_from_its_statistics(pytester, plugin_args, monkeypatch
             assert low <= expected + 8 * MIB and expected <= high, (path, low, high)
     assert tests["512"]["verdict"] == "FAIL: breach steps.train.max_memory"
     if order == "256,512":
-        assert tests["256"]["verdict"] == "ok" and tests["512"]["metrics"]["memory"]["peak_bytes"] is not None
+        assert tests["256"]["verdict"] == "ok"
     else:
         low, high = known(tests["256"], "steps.train.memory_peak_bytes")
         assert low <= 576 * MIB and high >= 832 * MIB
