@@ -35,7 +35,11 @@ _NOT_METRICS |= {"processes"}  # per process: a table
         ("step", StepMetrics, {"copies"}),  # by direction: a table, not one figure
         ("nvml", NvmlMetrics, set()),
         ("what_if", Prediction, set()),
-        ("memory", MemoryMetrics, {"peak_step", "peak_within", "source", "largest", "leaks", "sites", "note", "bounds"}),
+        (
+            "memory",
+            MemoryMetrics,
+            {"peak_step", "peak_within", "source", "largest", "leaks", "sites", "note", "bounds"},
+        ),
     ],
 )
 def test_every_field_that_holds_a_figure_has_its_descriptor(scope, cls, apart):

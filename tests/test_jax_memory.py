@@ -211,3 +211,16 @@ def test_a_range_reads_as_one_in_the_message():
     assert wide[0].startswith("device memory: peak between 10.0 MiB and 500.0 MiB over the window's start")
     narrow = explain_memory(bounded(576 << 20, (576 << 20) + 256), [], always=True)
     assert narrow[0].startswith("device memory: peak 576.0 MiB (to within 256 B) over the window's start")
+
+
+def test_the_report_schema_takes_a_range_and_refuses_a_malformed_one():
+    import jsonschema
+
+    from pytest_gpuprof.output import schema
+
+    memory = schema.report_schema()["$defs"]["test"]["properties"]["metrics"]["properties"]["memory"]
+    good = bounded(10, 5000, "s").memory.to_dict()
+    jsonschema.validate(good, memory)
+    bad = {**good, "bounds": {"memory.peak_bytes": [10, 20, 30]}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, memory)

@@ -56,6 +56,15 @@ def _breach() -> dict[str, Any]:
     }
 
 
+def _memory() -> dict[str, Any]:
+    """A window's device memory: a figure known as a range only reads null, and ``bounds``
+    gives its least and most, by the figure's path."""
+    memory = _figures("memory", ("source",))
+    pair = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2}
+    memory["properties"] |= {"source": {"type": "string"}, "bounds": {"type": "object", "additionalProperties": pair}}
+    return memory
+
+
 def _test() -> dict[str, Any]:
     """A test's entry: a measured one, or one whose xdist worker died (``crashed``)."""
     breaches = {"type": "array", "items": {"$ref": "#/$defs/breach"}}
@@ -65,6 +74,7 @@ def _test() -> dict[str, Any]:
         "truth": {"type": "string"},
         "steps": {"type": "object", "additionalProperties": _figures("step")},
         "notes": {"type": "array", "items": {"type": "string"}},
+        "memory": _memory(),
     }
     summary = {
         "type": "object",
