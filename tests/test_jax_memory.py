@@ -224,3 +224,13 @@ def test_the_report_schema_takes_a_range_and_refuses_a_malformed_one():
     bad = {**good, "bounds": {"memory.peak_bytes": [10, 20, 30]}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, memory)
+
+
+def test_the_page_shows_a_steps_range_where_its_peak_is_one():
+    from pytest_gpuprof.output.html import page_data
+    from pytest_gpuprof.output.report import GpuRecord
+
+    data = page_data(GpuRecord("t.py::test", bounded(10 << 20, 500 << 20, "s"), Budget(), [], enforced=True), None)
+    step = data["steps"]["s"]
+    assert step["memory_peak_bytes"] is None and step["memory_peak_range"] == (10 << 20, 500 << 20)
+    assert any(line.startswith("device memory: peak between 10.0 MiB and 500.0 MiB") for line in data["explain"])

@@ -13,27 +13,29 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 @pytest.mark.parametrize(
-    ("name", "predicate"),
+    ("name", "predicate", "seed"),
     [
-        ("a power of two", lambda n: n > 1 and n & (n - 1) == 0),
-        ("one past a power of two", lambda n: n > 2 and (n - 1) & (n - 2) == 0),
-        ("one short of a power of two", lambda n: n > 1 and (n + 1) & n == 0),
-        ("a CuPy pool unit multiple", lambda n: n % 512 == 0 and n & (n - 1) != 0),
-        ("one byte past a 2 MiB page", lambda n: n % (2 * MIB) == 1),
-        ("an odd size that is no edge", lambda n: n % 2 == 1 and n > 100_000 and (n - 1) & (n - 2) != 0),
-        ("the lower end", lambda n: n == 3),
-        ("the upper end", lambda n: n == 64 * MIB + 5),
+        ("a power of two", lambda n: n > 1 and n & (n - 1) == 0, 0),
+        ("one past a power of two", lambda n: n > 2 and (n - 1) & (n - 2) == 0, 0),
+        ("one short of a power of two", lambda n: n > 1 and (n + 1) & n == 0, 0),
+        ("a CuPy pool unit multiple", lambda n: n % 512 == 0 and n & (n - 1) != 0, 0),
+        ("one byte past a 2 MiB page", lambda n: n % (2 * MIB) == 1, 1),
+        ("an odd size that is no edge", lambda n: n % 2 == 1 and n > 100_000 and (n - 1) & (n - 2) != 0, 0),
+        ("the lower end", lambda n: n == 3, 0),
+        ("the upper end", lambda n: n == 64 * MIB + 5, 3),
     ],
 )
-def test_each_edge_case_is_drawn(name, predicate):
+def test_each_edge_case_is_drawn(name, predicate, seed):
     # the upper end comes from the integers' own bias to their bounds, about one draw in 700
     # (300 to 1,600 in 12 seeds): 2,000 examples missed it in about one run in twenty. A
-    # seeded search: the same draws every run, so its cost does not vary (it did, 0.7-6.5 s)
+    # seeded search: the same draws every run, so its cost does not vary (it did, 0.7-6.5 s).
+    # The two rarest cases take the seed, of the first six, whose search ends soonest
+    # (0.6 s and 0.03 s here, against 1.5 s and 0.5 s with seed 0)
     found = find(
         buffer_sizes(3, 64 * MIB + 5),
         predicate,
         settings=settings(max_examples=20_000, database=None),
-        random=random.Random(0),
+        random=random.Random(seed),
     )
     assert 3 <= found <= 64 * MIB + 5, name
 

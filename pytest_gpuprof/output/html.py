@@ -9,7 +9,7 @@ test (ids, steps, kernels) reaches the page as JSON data and is set as text, nev
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_gpuprof.analysis.lanes import bucket, build
@@ -19,6 +19,10 @@ from pytest_gpuprof.output.report import GpuRecord
 from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
 
 MAX_ITEMS = 1500
+
+
+def _bounds(m: Metrics) -> Mapping[str, tuple[int, int]]:
+    return m.memory.bounds if m.memory is not None else {}
 
 
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
@@ -41,7 +45,11 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
             "overhead_ms": m.overhead_ms,
             "truth": m.truth,
         },
-        "steps": {name: s.to_dict() for name, s in m.steps.items()},
+        # a step's memory peak known as a range only (JAX's statistics): its least and most
+        "steps": {
+            name: {**s.to_dict(), "memory_peak_range": _bounds(m).get(f"steps.{name}.memory_peak_bytes")}
+            for name, s in m.steps.items()
+        },
         "lanes": [],
         "counters": [],
         "span_us": 0,
@@ -271,7 +279,8 @@ function select(i) {
     r.append(el("td", {}, name), el("td", {class: "num"}, String(s.count)), el("td", {class: "num"}, num(s.host_ms)),
       el("td", {class: "num"}, num(s.idle_ms)), el("td", {class: "num"}, String(s.bytes)),
       el("td", {class: "num"}, s.gbps === null ? "-" : s.gbps.toFixed(1)), el("td", {}, String(s.pageable)),
-      el("td", {class: "num"}, s.memory_peak_bytes == null ? "-" : (s.memory_peak_bytes / 1048576).toFixed(1) + " MiB"));
+      el("td", {class: "num"}, s.memory_peak_bytes != null ? (s.memory_peak_bytes / 1048576).toFixed(1) + " MiB"
+        : s.memory_peak_range ? s.memory_peak_range.map(b => (b / 1048576).toFixed(1)).join("-") + " MiB" : "-"));
     steps.append(r);
   }
   if (Object.keys(t.steps).length) d.append(el("h2", {}, "steps"), steps);
