@@ -327,10 +327,10 @@ def test_a_store_that_stops_mid_run_fails_the_next_step_with_one_line(monkeypatc
     endpoint = f"http://{host}:{port}"
     _s3_env(monkeypatch, endpoint)
     url = f"s3://{_bucket(endpoint)}/p"
+    _fail_at_once(monkeypatch)  # before the store's file system is made, which reads it
     store = Store(url)
     store.save(_report(_at(1)), "main")
     server.stop()
-    _fail_at_once(monkeypatch)
     with pytest.raises(BaselineError, match=rf"^{url}: (list|write|read) "):
         store.save(_report(_at(2)), "main")
         store.summaries("host-aaa")
