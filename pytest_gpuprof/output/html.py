@@ -21,12 +21,9 @@ from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
 MAX_ITEMS = 1500
 
 
-def _bounds(m: Metrics) -> Mapping[str, tuple[int, int]]:
-    return m.memory.bounds if m.memory is not None else {}
-
-
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     m = record.metrics
+    bounds: Mapping[str, tuple[int, int]] = m.memory.bounds if m.memory is not None else {}
     data: dict[str, Any] = {
         "id": record.nodeid,
         "outcome": record.outcome,
@@ -47,7 +44,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         },
         # a step's memory peak known as a range only (JAX's statistics): its least and most
         "steps": {
-            name: {**s.to_dict(), "memory_peak_range": _bounds(m).get(f"steps.{name}.memory_peak_bytes")}
+            name: {**s.to_dict(), "memory_peak_range": bounds.get(f"steps.{name}.memory_peak_bytes")}
             for name, s in m.steps.items()
         },
         "lanes": [],
