@@ -234,3 +234,11 @@ def test_the_page_shows_a_steps_range_where_its_peak_is_one():
     step = data["steps"]["s"]
     assert step["memory_peak_bytes"] is None and step["memory_peak_range"] == (10 << 20, 500 << 20)
     assert any(line.startswith("device memory: peak between 10.0 MiB and 500.0 MiB") for line in data["explain"])
+
+
+def test_the_memory_lane_draws_a_range_at_its_least_never_the_process_peak():
+    from pytest_gpuprof.analysis.lanes import memory_counter
+
+    marks = (MemoryMark(0, 0, 0, 0), MemoryMark(1, 100, 0, 900 << 20, peak_low=300 << 20))
+    counter = memory_counter(Timeline(0, 100, "host", memory=MemoryLog("jax", marks, None, jax_memory.STATS)))
+    assert max(v for _, v in counter.points) == 300

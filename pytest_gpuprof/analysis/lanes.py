@@ -105,7 +105,8 @@ MEMORY = "device memory held (a stretch's peak drawn at its end)"
 def memory_counter(timeline: Timeline) -> Counter | None:
     """The device memory the window's code held over its start, at each edge of the window
     and its steps, in MiB; each stretch's peak is drawn at the stretch's end (where in the
-    stretch it came is not known)."""
+    stretch it came is not known). A peak known as a range only (JAX's statistics) is
+    drawn at its least: the most is the process's peak, which the stretch may not have held."""
     log = timeline.memory
     if log is None or len(log.marks) < 2:
         return None
@@ -115,7 +116,8 @@ def memory_counter(timeline: Timeline) -> Counter | None:
     for before, m in itertools.pairwise(marks):
         at = max(m.time - t0, 0)
         # flat until the edge (what happened between is known only as the stretch's peak)
-        points += [(at, (before.held - base) / MIB), (at, (m.peak - base) / MIB), (at, (m.held - base) / MIB)]
+        peak = m.peak if m.peak_low is None else m.peak_low
+        points += [(at, (before.held - base) / MIB), (at, (peak - base) / MIB), (at, (m.held - base) / MIB)]
     return Counter(MEMORY, "MiB", points)
 
 
