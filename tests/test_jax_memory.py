@@ -242,3 +242,27 @@ def test_the_memory_lane_draws_a_range_at_its_least_never_the_process_peak():
     marks = (MemoryMark(0, 0, 0, 0), MemoryMark(1, 100, 0, 900 << 20, peak_low=300 << 20))
     counter = memory_counter(Timeline(0, 100, "host", memory=MemoryLog("jax", marks, None, jax_memory.STATS)))
     assert max(v for _, v in counter.points) == 300
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000), st.booleans()), min_size=1, max_size=5))
+def test_rounds_take_the_most_of_every_rounds_range(rounds):
+    """Each round's step peak exact or a range; over the rounds, the least and the most the
+    highest can be: a brute force over every round's own."""
+    from pytest_gpuprof.analysis.rounds import aggregate
+
+    made = []
+    for a, b, exact in rounds:
+        lo, hi = sorted((a, b))
+        made.append(bounded(hi, hi, "s.1") if exact else bounded(lo, hi, "s.1"))
+    got = aggregate(made)
+    lows = [hi if exact else min(a, b) for a, b, exact in rounds for hi in [max(a, b)]]
+    highs = [max(a, b) for a, b, _ in rounds]
+    want = (max(lows), max(highs))
+    for path, figure in [
+        ("memory.peak_bytes", got.memory.peak_bytes),
+        ("steps.s.1.memory_peak_bytes", got.steps["s.1"].memory_peak_bytes),
+    ]:
+        if want[0] == want[1]:
+            assert figure == want[0] and path not in got.memory.bounds
+        else:
+            assert figure is None and got.memory.bounds[path] == want

@@ -48,7 +48,7 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
     sampled = [dict(m.idle_by_code) for m in rounds if m.idle_by_code is not None]
     places = {where for each in sampled for where in each}
     medians = ((where, statistics.median(each.get(where, 0.0) for each in sampled)) for where in places)
-    return replace(
+    aggregated = replace(
         last,
         **window,
         kernel_totals=kernels,
@@ -65,6 +65,48 @@ def aggregate(rounds: Sequence[Metrics]) -> Metrics:
         if not sampled
         else tuple(sorted(((w, ms) for w, ms in medians if ms > 0), key=lambda item: (-item[1], item[0]))),
     )
+    return _ranged(rounds, aggregated)
+
+
+def _ranged(rounds: Sequence[Metrics], m: Metrics) -> Metrics:
+    """The memory peaks some round knows as a range only (JAX's statistics), over the
+    rounds: the most of every round's least and of every round's most; a figure where the
+    two meet, else ``None`` with the range in ``memory.bounds``."""
+    paths = sorted({path for r in rounds if r.memory is not None for path in r.memory.bounds})
+    if m.memory is None or not paths:
+        return m
+    bounds: dict[str, tuple[int, int]] = {}
+    exact: dict[str, int] = {}
+    for path in paths:
+        known = [k for k in (_known(r, path) for r in rounds) if k is not None]
+        lo, hi = max(k[0] for k in known), max(k[1] for k in known)
+        if lo == hi:
+            exact[path] = lo
+        else:
+            bounds[path] = (lo, hi)
+    steps = dict(m.steps)
+    for path in paths:
+        name = _step(path)
+        if name in steps:
+            steps[name] = replace(steps[name], memory_peak_bytes=exact.get(path))
+    ranged = "memory.peak_bytes" in bounds
+    peak = None if ranged else exact.get("memory.peak_bytes", m.memory.peak_bytes)
+    step = None if ranged else m.memory.peak_step
+    return replace(m, steps=steps, memory=replace(m.memory, peak_bytes=peak, peak_step=step, bounds=bounds))
+
+
+def _known(m: Metrics, path: str) -> tuple[int, int] | None:
+    """A round's memory peak at ``path``: its range, or its figure twice (``None``: none)."""
+    if m.memory is None:
+        return None
+    if path in m.memory.bounds:
+        return m.memory.bounds[path]
+    if path == "memory.peak_bytes":
+        value = m.memory.peak_bytes
+    else:
+        step = m.steps.get(_step(path) or "")
+        value = step.memory_peak_bytes if step is not None else None
+    return None if value is None else (value, value)
 
 
 def _over(prefix: str, each: Iterable[Any], scope: d.Scope, summaries: Mapping[str, Summary]) -> dict[str, Any]:
@@ -89,3 +131,9 @@ def _over(prefix: str, each: Iterable[Any], scope: d.Scope, summaries: Mapping[s
 
 def _get(owner: Any, name: str) -> Any:
     return owner.get(name) if isinstance(owner, Mapping) else getattr(owner, name)
+
+
+def _step(path: str) -> str | None:
+    """The step of ``steps.NAME.memory_peak_bytes`` (a name may hold dots)."""
+    head, tail = "steps.", ".memory_peak_bytes"
+    return path[len(head) : -len(tail)] if path.startswith(head) and path.endswith(tail) else None
