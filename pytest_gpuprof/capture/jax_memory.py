@@ -73,10 +73,14 @@ class JaxStats:
 
     @classmethod
     def of(cls, jax: Any) -> JaxStats | None:
-        """The source for JAX's first device, ``None`` where its allocator keeps no statistics."""
+        """The source for JAX's first GPU, ``None`` where its allocator keeps no statistics."""
         try:
-            return cls(jax.local_devices()[0])
-        except Exception:  # no such call, no device, or no ``bytes_in_use`` in its statistics
+            try:
+                devices = jax.local_devices(backend="gpu")
+            except Exception:  # an older JAX, or no backend by that name: its default one
+                devices = jax.local_devices()
+            return cls(devices[0])
+        except Exception:  # no device, or no ``bytes_in_use`` in its statistics
             return None
 
     def _stats(self) -> tuple[int, int, int | None]:
