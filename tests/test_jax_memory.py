@@ -20,7 +20,7 @@ from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture import jax_memory
 from pytest_gpuprof.capture.memory import Discovery, MemoryTracker
 from pytest_gpuprof.capture.memory_sources import Reading
-from pytest_gpuprof.output.text import explain_memory
+from pytest_gpuprof.output.text import describe_breach, explain_memory
 from pytest_gpuprof.verdict.budget import Budget, StepBudget, evaluate, not_measured
 
 
@@ -133,6 +133,7 @@ def test_a_range_breaches_where_its_least_exceeds_the_limit_and_keeps_it_where_i
     assert evaluate(budget, below) == [] and not_measured(budget, below) == []
     (breach,) = evaluate(budget, above)
     assert breach.key == key and breach.value == 1000 and "between 1,000 and 5,000" in breach.detail
+    assert describe_breach(breach) == f"{breach.metric} at least 1000 B (1,000 B) > 999 B (999 B) ({key})"
     assert not_measured(budget, above) == []
     assert evaluate(budget, across) == []
     (why,) = not_measured(budget, across)

@@ -46,7 +46,10 @@ def describe_breach(b: Breach) -> str:
     sign = "<" if b.kind == "min" else ">"
     if metric is not None and metric.unit == "bytes":
         value, limit_ = int(b.value), int(float(b.limit))
-        return f"{b.metric} {human_bytes(value)} ({value:,} B) {sign} {human_bytes(limit_)} ({limit_:,} B) ({b.key})"
+        # a figure known as a range only breaches with its least (or most): said so
+        side = next((f"{w} " for w in ("at least", "at most") if b.detail.startswith(w + " ")), "")
+        shown = f"{side}{human_bytes(value)} ({value:,} B) {sign} {human_bytes(limit_)} ({limit_:,} B)"
+        return f"{b.metric} {shown} ({b.key})"
     fraction = is_fraction(b.metric)
     shown = pct(b.value) if fraction else f"{b.value:.1f}"
     limit = pct(float(b.limit)) if fraction else f"{float(b.limit):.1f}"

@@ -300,8 +300,9 @@ def _breached(prefix: str, limits: _Limits, figures: Any, bounds: Mapping[str, t
         ranged = bounds.get(_path(prefix, metric)) if value is None else None
         if ranged is not None and _ranged(ranged, limit, direction):
             lo, hi = ranged
-            detail = f"at least {lo:,} bytes: the peak lies between {lo:,} and {hi:,}"
-            out.append(Breach(_path(prefix, metric), float(lo), limit, direction, prefix + key, detail))
+            side, bound = ("at least", lo) if direction == "max" else ("at most", hi)
+            detail = f"{side} {bound:,}: it lies between {lo:,} and {hi:,}"
+            out.append(Breach(_path(prefix, metric), float(bound), limit, direction, prefix + key, detail))
         if value is None:
             continue
         if direction == "forbid":
