@@ -267,3 +267,15 @@ def test_rounds_take_the_most_of_every_rounds_range(rounds):
             assert figure == want[0] and path not in got.memory.bounds
         else:
             assert figure is None and got.memory.bounds[path] == want
+
+
+def test_statistics_that_cannot_be_read_leave_the_window_not_measured_and_say_why(jax):
+    tracker = MemoryTracker(Discovery())
+    first = tracker.mark(0)
+
+    def gone():
+        raise RuntimeError("backend shut down")
+
+    jax.memory_stats = gone
+    assert tracker.log(first, tracker.mark(1)) is None
+    assert tracker.why == "JAX's memory statistics could not be read (RuntimeError: backend shut down)"

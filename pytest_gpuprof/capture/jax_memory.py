@@ -89,7 +89,11 @@ class JaxStats:
         return int(stats["bytes_in_use"]), int(stats["peak_bytes_in_use"]), None if pool is None else int(pool)
 
     def read(self) -> Reading:
-        held, peak, pool = self._stats()
+        try:
+            held, peak, pool = self._stats()
+        except Exception as e:  # the backend gone (a test that shut JAX down): said, never raised into the test
+            self.failed = f"JAX's memory statistics could not be read ({type(e).__name__}: {e})"
+            return Reading(self._held, self._peak)
         rose = peak > self._peak  # the process's peak was reached since the last read: exactly this stretch's
         low = max(held, self._held)
         self._held, self._peak = held, peak
