@@ -146,6 +146,28 @@ def test_a_narrowed_run_without_a_run_id_is_still_no_baseline(pytester, url):
     assert Store(url).machines() == []
 
 
+def test_collect_only_and_gate_failed_runs_stay_out_of_what_compare_picks(pytester, url, monkeypatch):
+    """In every kind of store, the real S3 server's included: a --collect-only run and a run
+    whose gate failed save nothing, so the next identical run still fails against the
+    first baseline, the only one there (a narrowed run: the test above)."""
+    monkeypatch.delenv("GPUPROF_SLOW", raising=False)
+    pytester.makepyfile(SUITE)
+    pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main").assert_outcomes(passed=2)
+    (machine,) = Store(url).machines()
+    (first,) = Store(url).summaries(machine)
+    collected = pytester.runpytest(f"--gpu-storage={url}", "--gpu-save=main", "--collect-only")
+    collected.stdout.fnmatch_lines(["gpuprof: no baseline saved: was --collect-only*"])
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    for _ in range(2):
+        r = pytester.runpytest(
+            f"--gpu-storage={url}", "--gpu-save=main", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+10%"
+        )
+        r.assert_outcomes(passed=1, failed=1)
+        r.stdout.fnmatch_lines([f"*GPU regression against baseline {shown(url)}/{first.key}:*"])
+        r.stdout.fnmatch_lines(["*no baseline saved: had failed tests*"])
+    assert Store(url).summaries(machine) == [first]
+
+
 def test_an_xdist_run_saves_one_complete_baseline(pytester, url):
     pytester.makepyfile(SUITE)
     pytester.runpytest("-n", "4", f"--gpu-storage={url}", "--gpu-save=main").assert_outcomes(passed=2)
