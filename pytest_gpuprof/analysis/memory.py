@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,13 +90,13 @@ def _innermost(open_: Sequence[int], spans: Mapping[int, Span]) -> Span | None:
     return max(steps, key=lambda s: (s.depth, s.start, s.span_id), default=None)
 
 
-def _peak(rises: Sequence[int], lows: Sequence[int]) -> tuple[int, int] | None:
-    """The highest of some stretches' peaks, as the least and most it can be (``None``: none).
-    A stretch known as a range only reaches at most the process's peak then, so the highest
-    is exact wherever a stretch's exact peak reaches every range's top."""
-    if not rises:
-        return None
-    return max(max(lows), 0), max(max(rises), 0)
+def highest(peaks: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """The highest of some peaks, each known as its least and most (a figure: both equal),
+    over what the window began with (never below it): the highest least and the highest
+    most. A peak known as a range only reaches at most the process's peak then, so the
+    highest is exact wherever an exact peak reaches every range's top."""
+    lows, highs = zip(*peaks, strict=True)
+    return max(*lows, 0), max(*highs, 0)
 
 
 def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None, dict[str, int | None]]:
@@ -111,8 +111,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     rises = [after.peak - base for _, after in stretches]
     lows = [(after.peak if after.peak_low is None else after.peak_low) - base for _, after in stretches]
     bounds: dict[str, tuple[int, int]] = {}
-    window = _peak(rises, lows)
-    assert window is not None
+    window = highest(zip(lows, rises, strict=True))
     if window[0] < window[1]:
         bounds["memory.peak_bytes"] = window
     top = max(range(len(rises)), key=lambda i: rises[i])
@@ -127,8 +126,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
             by_step[name].append(i)
     step_peaks: dict[str, int | None] = {}
     for name, at in by_step.items():
-        step = _peak([rises[i] for i in at], [lows[i] for i in at])
-        assert step is not None
+        step = highest((lows[i], rises[i]) for i in at)
         if step[0] < step[1]:
             bounds[f"steps.{name}.memory_peak_bytes"] = step
         step_peaks[name] = step[1] if step[0] == step[1] else None

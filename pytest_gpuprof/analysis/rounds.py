@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors as d
+from pytest_gpuprof.analysis.memory import highest
 from pytest_gpuprof.analysis.metrics import Metrics, NvmlMetrics
 from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.whatif import Prediction
@@ -78,8 +79,7 @@ def _ranged(rounds: Sequence[Metrics], m: Metrics) -> Metrics:
     bounds: dict[str, tuple[int, int]] = {}
     exact: dict[str, int] = {}
     for path in paths:
-        known = [k for k in (_known(r, path) for r in rounds) if k is not None]
-        lo, hi = max(k[0] for k in known), max(k[1] for k in known)
+        lo, hi = highest(k for k in (_known(r, path) for r in rounds) if k is not None)
         if lo == hi:
             exact[path] = lo
         else:
@@ -87,7 +87,7 @@ def _ranged(rounds: Sequence[Metrics], m: Metrics) -> Metrics:
     steps = dict(m.steps)
     for path in paths:
         name = _step(path)
-        if name in steps:
+        if name is not None and name in steps:
             steps[name] = replace(steps[name], memory_peak_bytes=exact.get(path))
     ranged = "memory.peak_bytes" in bounds
     peak = None if ranged else exact.get("memory.peak_bytes", m.memory.peak_bytes)
@@ -134,6 +134,6 @@ def _get(owner: Any, name: str) -> Any:
 
 
 def _step(path: str) -> str | None:
-    """The step of ``steps.NAME.memory_peak_bytes`` (a name may hold dots)."""
-    head, tail = "steps.", ".memory_peak_bytes"
-    return path[len(head) : -len(tail)] if path.startswith(head) and path.endswith(tail) else None
+    """The step of ``steps.NAME.memory_peak_bytes`` (``None``: the window's path)."""
+    parts = d.split_path(path)
+    return parts[1] if parts is not None and parts[0] == "step" else None

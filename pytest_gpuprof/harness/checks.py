@@ -126,9 +126,9 @@ def read_budget_file(path: Path) -> Budget:
     if not path.is_file():
         raise ConfigError(f"--gpu-budget-file={path}: no such file")
     data = load_toml(path)
-    if "tool" in data and not data.get("tool", {}).get("gpuprof", {}).get("budget"):
+    nested = data["tool"].get("gpuprof", {}).get("budget") if "tool" in data else None
+    if "tool" in data and not nested:
         raise ConfigError(f"{path}: a [tool] table without [tool.gpuprof.budget]: nothing here is a budget")
-    nested = data.get("tool", {}).get("gpuprof", {}).get("budget") if "tool" in data else None
     try:
         return parse_budget(nested if nested is not None else data, str(path))
     except BudgetError as e:

@@ -16,7 +16,7 @@ from pytest_gpuprof.analysis.processes import figures as process_figures
 from pytest_gpuprof.output.text import human_bytes
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.capture.children import ChildWatch
+    from pytest_gpuprof.capture.children import ChildRecord, ChildWatch
     from pytest_gpuprof.capture.trace_source import TraceSource
 
 
@@ -127,17 +127,18 @@ def with_children(
 ) -> tuple[DeviceWork, tuple[ProcessFigures, ...]]:
     """The window's device work with its children's, and each process's figures (none where
     the test started no child)."""
-    records = children.collect() if children is not None else []
-    kept = []
-    for r in records:
-        rows = r.work.rows if r.work is not None else None
-        inside = rows is not None and bool(((rows["end"] > start) & (rows["start"] < end)).any())
-        if inside or (r.started is not None and start <= r.started <= end):
+    kept: list[ChildRecord] = []
+    parts: list[DeviceWork] = []
+    for r in children.collect() if children is not None else []:
+        inside = r.work.where((r.work.rows["end"] > start) & (r.work.rows["start"] < end)) if r.work else None
+        if inside is not None and len(inside):
+            parts.append(inside)
+            kept.append(r)
+        elif r.started is not None and start <= r.started <= end:  # started in the window, no work seen in it
             kept.append(r)
     if not kept:
         return device, ()
     window = (start, end)
     own = process_figures(os.getpid(), "this test's process", None, device, window)
     theirs = [process_figures(r.pid, r.command, r.rank, r.work, window, r.why) for r in kept]
-    parts = [r.work.where((r.work.rows["end"] > start) & (r.work.rows["start"] < end)) for r in kept if r.work]
     return DeviceWork.join([device, *parts]), (own, *theirs)
