@@ -308,14 +308,28 @@ def test_eight_processes_saving_one_name_at_once_all_land_whole(kind, tmp_path, 
 
 
 def _fail_at_once(monkeypatch):
-    """s3fs retries a refused connection five times with back-off, and botocore each of
-    those again (about 2.5 s a call): here a dead endpoint fails at its first refusal, as a
-    user would set it (s3fs's retry count, botocore's attempts through fsspec's configuration)."""
+    """s3fs retries a refused connection with back-off, and botocore each of those again
+    (about 2.5 s a call): here a dead endpoint fails at its first refusal, as a user would
+    set it (s3fs's retry count, botocore's attempts through fsspec's configuration)."""
     import fsspec.config
     import s3fs
 
     monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
     monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": {"retries": {"total_max_attempts": 1}}})
+
+
+def test_the_users_fsspec_configuration_wins_over_the_stores_defaults(monkeypatch):
+    """What a user configured for fsspec's ``s3`` (its config files, ``FSSPEC_S3_*``)
+    reaches botocore key by key; the store's own settings fill in the rest."""
+    import fsspec.config
+
+    _s3_env(monkeypatch, "http://127.0.0.1:9")
+    user = {"retries": {"total_max_attempts": 1}, "read_timeout": 7}
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": user, "anon": False})
+    store = Store(f"s3://configured-{uuid.uuid4().hex[:8]}/p")
+    assert store.fs.config_kwargs == {**store_module.S3_DEFAULTS, **user}
+    assert store.fs.config_kwargs["connect_timeout"] == store_module.S3_DEFAULTS["connect_timeout"]
+    assert store.fs.client_kwargs == {"endpoint_url": "http://127.0.0.1:9"}
 
 
 def test_an_unreachable_store_is_one_line_and_the_report_is_still_written(pytester, monkeypatch):

@@ -45,17 +45,27 @@ _RECORD = re.compile(
     r"^(?P<name>[A-Za-z0-9_.\-]+)@(?P<stamp>\d{8}T\d{6}\.\d{6}Z)@(?P<run>[A-Za-z0-9_.\-]+)@[0-9a-f]+\.json$"
 )
 # an unreachable endpoint fails in seconds, not botocore's minute a try
-_S3_CONFIG = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
+S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
 
 
 def _options(scheme: str) -> dict[str, Any]:
     """The storage options of a scheme. fsspec keeps one client per set of options: the
     endpoint in the environment (``AWS_ENDPOINT_URL``) is one of them, so a changed
-    endpoint gets a client of its own."""
+    endpoint gets a client of its own.
+
+    The store's botocore settings are defaults: what the user configured for fsspec's
+    ``s3`` (its config files, ``FSSPEC_S3_*``) wins, key by key. Options passed here
+    replace fsspec's configured ones whole, so they are merged first."""
     if scheme != "s3":
         return {}
+    import fsspec.config
+
+    configured = fsspec.config.conf.get("s3", {})
+    options: dict[str, Any] = {"config_kwargs": {**S3_DEFAULTS, **configured.get("config_kwargs", {})}}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    return {"config_kwargs": _S3_CONFIG, **({"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {})}
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint, **configured.get("client_kwargs", {})}
+    return options
 
 
 _LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
