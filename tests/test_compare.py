@@ -146,12 +146,14 @@ def test_too_few_rounds_never_fail_however_tied(n, m):
     assert mann_whitney_greater([10.0], [30.0] * 20) == pytest.approx(1 / 21)
 
 
-scipy_stats = pytest.importorskip("scipy.stats")
+@pytest.fixture(scope="module")
+def scipy_stats():
+    return pytest.importorskip("scipy.stats")
 
 
 @settings(max_examples=300, derandomize=True)
 @given(st.lists(st.floats(0, 100), min_size=1, max_size=8), st.lists(st.floats(0, 100), min_size=1, max_size=8))
-def test_mann_whitney_agrees_with_scipy_without_ties(x, y):
+def test_mann_whitney_agrees_with_scipy_without_ties(scipy_stats, x, y):
     if len({*x, *y}) < len(x) + len(y):
         return  # scipy's exact method assumes no ties; the permutation test above covers them
     expected = scipy_stats.mannwhitneyu(y, x, alternative="greater", method="exact").pvalue
@@ -165,7 +167,7 @@ def test_fully_tied_rounds_give_no_evidence(value):
     assert mann_whitney_greater(many, many) == 1.0
 
 
-def test_the_normal_approximation_matches_scipy_on_many_tied_rounds():
+def test_the_normal_approximation_matches_scipy_on_many_tied_rounds(scipy_stats):
     x, y = [1, 1, 2, 2, 3] * 30, [2, 2, 3, 3, 4] * 30
     expected = scipy_stats.mannwhitneyu(y, x, alternative="greater", method="asymptotic").pvalue
     assert mann_whitney_greater(x, y) == pytest.approx(expected, rel=1e-6)

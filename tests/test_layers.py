@@ -37,6 +37,9 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+MODULES = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
 def _imports(path: Path) -> set[str]:
     """The package modules that ``path`` imports at run time (lazily or not); imports
     made for type checking only are not a dependency."""
@@ -44,7 +47,6 @@ def _imports(path: Path) -> set[str]:
     skipped = {
         id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node) for n in ast.walk(node)
     }
-    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -54,8 +56,8 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_gpuprof"):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in modules else node.module)
-    return {m for m in found if m in modules} - {_module_name(path)}
+                found.add(sub if sub in MODULES else node.module)
+    return {m for m in found if m in MODULES} - {_module_name(path)}
 
 
 GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}

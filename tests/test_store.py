@@ -18,6 +18,9 @@ from pytest_gpuprof.output import store as store_module
 from pytest_gpuprof.output.storage import BaselineError, shown
 from pytest_gpuprof.output.store import INDEX, PACK_AT, Store
 
+# imported at collection, before any in-process pytest run: a run that imported botocore
+# first drops it when it ends (pytester restores sys.modules), and moto's server then
+# meets a second copy of it (HTTP 500 "Cannot normalize request of type LocalProxy")
 moto_server = pytest.importorskip("moto.server", reason="the test extra installs moto[server]")
 pytest.importorskip("s3fs", reason="the test extra installs s3fs")
 

@@ -10,6 +10,7 @@ them); the fields it names have the types and ranges given here.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -169,14 +170,19 @@ def text(which: str) -> str:
 def validate(document: dict[str, Any], which: str = "report") -> None:
     """Raise ``jsonschema.ValidationError`` where ``document`` breaks its schema (needs the
     ``jsonschema`` library, which the suite installs; the plugin never imports it itself)."""
+    _validator(which).validate(document)
+
+
+@functools.cache
+def _validator(which: str) -> Any:
+    """The shipped file's validator, built once a process (the suite checks hundreds of
+    reports: building it is most of a small report's check)."""
     import jsonschema
     from referencing import Registry, Resource
 
     schemas = {name: json.loads(path.read_text()) for name, path in FILES.items()}
     registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
-    jsonschema.Draft202012Validator(
-        schemas[which], registry=registry, format_checker=jsonschema.FormatChecker()
-    ).validate(document)
+    return jsonschema.Draft202012Validator(schemas[which], registry=registry, format_checker=jsonschema.FormatChecker())
 
 
 if __name__ == "__main__":

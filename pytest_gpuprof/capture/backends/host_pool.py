@@ -100,13 +100,14 @@ class Pool:
 
 def filled(nbytes: int) -> np.ndarray:
     """The uploads' source: the user's data already sits in host memory before an upload.
-    The filled source of the latest size is kept (one, not one per size: sizes may be many
-    and large) so that the copy, not the filling, is what gets timed; one for the process,
+    One filled source is kept (not one per size: sizes may be many and large) so that the
+    copy, not the filling, is what gets timed: the latest that was not smaller than what
+    an upload needs, whose first ``nbytes`` serve the smaller ones. One for the process,
     only ever read, so every backend of it (a pytester run's) shares it."""
     global _FILLED
     src = _FILLED
-    if src is None or src.nbytes != nbytes:
+    if src is None or src.nbytes < nbytes:
         src = np.full(nbytes, FILL, dtype=np.uint8)
         src.flags.writeable = False
         _FILLED = src
-    return src
+    return src[:nbytes]
