@@ -19,12 +19,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-try:
-    from hypothesis import HealthCheck, Phase, settings
-    from hypothesis import strategies as st
-except ImportError as e:  # an extra: the plugin itself never needs hypothesis
-    raise ImportError("pytest_gpuprof.strategies needs hypothesis: pip install 'pytest-gpuprof[hypothesis]'") from e
-
 # DMA engines move 256-byte units; CuPy's pool rounds every block to 512 bytes; pages.
 ALIGNMENTS = (256, 512, 4096, 2 << 20)
 PROFILE = "gpuprof"
@@ -36,6 +30,7 @@ def register_profile() -> None:
     varied, tens of measured runs more, to say which parts did not matter: with a size or
     two drawn, the shrunk example says it already). Registered once: again, inside a
     test with settings of its own, hypothesis would warn."""
+    from hypothesis import HealthCheck, Phase, settings
     from hypothesis.errors import InvalidArgument
 
     try:
@@ -52,6 +47,15 @@ def register_profile() -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
         print_blob=True,
     )
+
+
+# after register_profile: where this module is what first imports hypothesis, hypothesis's
+# import runs its entry points, this module's register_profile among them, before the
+# line below returns (the function imports what it needs itself)
+try:
+    from hypothesis import strategies as st
+except ImportError as e:  # an extra: the plugin itself never needs hypothesis
+    raise ImportError("pytest_gpuprof.strategies needs hypothesis: pip install 'pytest-gpuprof[hypothesis]'") from e
 
 
 def free_memory_bytes() -> int:

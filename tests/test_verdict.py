@@ -9,6 +9,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -445,6 +447,15 @@ def test_the_gpuprof_profile_needs_no_import_first(pytester):
     )
     # a process of its own: nothing here has imported hypothesis before the test module
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_the_strategies_import_first_in_a_fresh_process():
+    """``import pytest_gpuprof.strategies`` before anything imported hypothesis: hypothesis's
+    import runs its entry points, the profile's among them, while the strategies module is
+    still being imported."""
+    code = "import pytest_gpuprof.strategies as s; from hypothesis import settings; settings.get_profile(s.PROFILE)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def history(
             if fnmatch.fnmatchcase(nodeid, pattern):
                 raise storage.BaselineError(f"{store.where(s.key)}: test {nodeid}: {problem}")
     full = not set(metrics) <= set(storage_store.SUMMARY_METRICS)
-    records = {s.key: store.read(s.key) for s in summaries} if full else {}
+    records = store.read_many([s.key for s in summaries]) if full else {}
     tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)})
     out = []
     for nodeid in tests:

@@ -286,7 +286,11 @@ class Store:
             text = self.fs.cat_file(self._path(key)).decode("utf-8", errors="replace")
         return parse(text, self.where(key))
 
-    def _read_many(self, keys: list[str]) -> dict[str, str]:
+    def read_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """Many records at once, each checked: one round of requests, not one a record."""
+        return {key: parse(text, self.where(key)) for key, text in self._texts(keys).items()}
+
+    def _texts(self, keys: list[str]) -> dict[str, str]:
         """Many objects at once (concurrently where the library can)."""
         if not keys:
             return {}
@@ -307,7 +311,7 @@ class Store:
         packs = [k for k in keys if k.startswith(f"{machine}/{INDEX}/")]
         records = {k for k in keys if k not in packs and _is_record(k)}
         known: dict[str, Summary] = {}
-        for text in self._read_many(packs).values():
+        for text in self._texts(packs).values():
             try:
                 for entry in json.loads(text)["summaries"]:
                     known[entry["key"]] = Summary(**entry)
@@ -315,7 +319,7 @@ class Store:
                 continue  # a torn or foreign pack is only a cache: its records are read again
         known = {k: s for k, s in known.items() if k in records}  # pruned ones dropped
         loose = sorted(records - set(known))
-        for key, text in self._read_many(loose).items():
+        for key, text in self._texts(loose).items():
             known[key] = Summary.of(key, parse(text, self.where(key)))
         if len(loose) >= PACK_AT:
             self._pack(machine, known.values(), packs)
