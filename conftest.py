@@ -13,5 +13,5 @@ settings.register_profile("dev", max_examples=200, deadline=None, suppress_healt
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # pytester's in-process runs drop modules first imported inside them, and numpy cannot be
-# imported twice in one process: import everything the plugin loads lazily up front.
+# imported twice in one process: import it up front (tests/conftest.py imports the rest)
 import numpy  # noqa: E402, F401

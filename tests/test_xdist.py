@@ -26,14 +26,25 @@ def run(pytester, *args):
     return pytester.runpytest("--gpu-backend=host", "--gpu-budget", "--gpu-report=r.json", *args)
 
 
-def test_merged_report_holds_every_test_once_with_its_slot(pytester):
-    pytester.makepyfile(SUITE)
-    result = run(pytester, "-n", "2", "--gpu-devices=all", "--gpu-save=main")
-    result.assert_outcomes(passed=6, failed=1)
+CRASH = """
+def test_crash(gpuprof):
+    with gpuprof.step("doomed"):
+        os._exit(3)
+"""
+
+
+def test_one_run_on_two_workers_merges_every_test_its_page_and_a_crashed_worker(pytester):
+    """One ``-n 2`` run (each worker's start is most of such a test's time) read for four
+    things: the merged report holds every test once with its device slot; a run with a
+    failed test is no baseline; each test's page data came across from its worker; and a
+    worker that crashed loses only its own test."""
+    pytester.makepyfile(SUITE + CRASH)
+    result = run(pytester, "-n", "2", "--gpu-devices=all", "--gpu-save=main", "--gpu-html=r.html")
+    result.assert_outcomes(passed=6, failed=2)
     report = json.loads(Path(pytester.path, "r.json").read_text())
     ids = [t["nodeid"] for t in report["tests"]]
-    assert len(ids) == len(set(ids)) == 7
-    assert {t["device"] for t in report["tests"]} == {0, 1}
+    assert len(ids) == len(set(ids)) == 8
+    assert {t["device"] for t in report["tests"] if not t["nodeid"].endswith("::test_crash")} == {0, 1}
     assert report["machine"]["devices"] == [0, 1]
     # a run with a failed test is no baseline, under xdist as without it
     assert not Path(pytester.path, ".gpuprof").exists()
@@ -42,6 +53,15 @@ def test_merged_report_holds_every_test_once_with_its_slot(pytester):
     # the same verdict as without xdist, with the same message
     result.stdout.fnmatch_lines(["*GPU budget exceeded: utilization 0.0% < 50.0% (min_utilization)*"])
     result.stdout.fnmatch_lines(["*test_idle*FAIL: breach min_utilization*"])
+    # each test's page data came across from its worker, with its lanes (the lost test
+    # has none: its worker died before it could send them)
+    pages = {p["id"]: p for p in page_data_of(Path(pytester.path, "r.html").read_text())["tests"]}
+    assert sorted(pages) == sorted(i for i in ids if not i.endswith("::test_crash"))
+    assert all(pages[i]["lanes"] for i in ids if "pipeline" in i)
+    # the crashed worker lost its test, and only that one
+    tests = {t["nodeid"].split("::")[1]: t for t in report["tests"]}
+    assert "crashed" in tests["test_crash"] and tests["test_crash"]["outcome"] == "failed"
+    result.stdout.fnmatch_lines(["*test_crash: lost: *crashed*"])
 
 
 def test_a_passing_xdist_run_is_saved_once_by_the_controller(pytester):
@@ -75,23 +95,6 @@ def test_workers_sharing_one_device_are_told(pytester):
     result.stdout.fnmatch_lines(["*shared 1 device(s) [[]0]; on the host backend's virtual clock their figures*"])
 
 
-def test_a_crashed_worker_loses_only_its_test(pytester):
-    pytester.makepyfile(
-        SUITE
-        + """
-def test_crash(gpuprof):
-    with gpuprof.step("doomed"):
-        os._exit(3)
-"""
-    )
-    result = run(pytester, "-n", "2", "--gpu-devices=all")
-    result.assert_outcomes(passed=6, failed=2)
-    tests = {t["nodeid"].split("::")[1]: t for t in json.loads(Path(pytester.path, "r.json").read_text())["tests"]}
-    assert "crashed" in tests["test_crash"] and tests["test_crash"]["outcome"] == "failed"
-    assert len(tests) == 8
-    result.stdout.fnmatch_lines(["*test_crash: lost: *crashed*"])
-
-
 def test_bad_device_list_is_a_usage_error(pytester):
     pytester.makepyfile(SUITE)
     result = run(pytester, "--gpu-devices=zero")
@@ -119,16 +122,3 @@ def test_the_xdist_summary_is_the_same_from_run_to_run(pytester):
     first = rows()
     assert first == sorted(first) and len(first) == 6  # equal figures: in test order, whoever finished first
     assert rows() == first
-
-
-def test_the_html_page_holds_the_timeline_of_every_workers_tests(pytester):
-    pytester.makepyfile(SUITE)
-    result = run(pytester, "-n", "2", "--gpu-html=r.html")
-    result.assert_outcomes(passed=6, failed=1)
-    page = Path(pytester.path, "r.html").read_text()
-    ids = [t["nodeid"] for t in json.loads(Path(pytester.path, "r.json").read_text())["tests"]]
-    # each test's page data came across from its worker, with its lanes
-    data = page_data_of(page)
-    pages = {p["id"]: p for p in data["tests"]}
-    assert sorted(pages) == sorted(ids)
-    assert all(pages[i]["lanes"] for i in ids if "pipeline" in i)
