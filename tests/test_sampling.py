@@ -19,7 +19,7 @@ import pytest
 
 
 def prepare_batch():
-    end = time.perf_counter() + 0.15
+    end = time.perf_counter() + SPIN
     while time.perf_counter() < end:
         pass
 
@@ -34,8 +34,10 @@ def test_loop(gpu_workload):
 """
 
 
-def run(pytester, *args):
-    pytester.makepyfile(test_named=NAMED)
+def run(pytester, *args, spin=0.15):
+    """The spinning test, whose host loop holds the device idle ``spin`` seconds a batch
+    (long enough for the 1 ms sampler to place it on a busy machine)."""
+    pytester.makepyfile(test_named=NAMED.replace("SPIN", str(spin)))
     result = pytester.runpytest("--gpu-host-clock=real", "--gpu-report=r.json", "--gpu-html=r.html", *args)
     (test,) = json.loads(pytester.path.joinpath("r.json").read_text())["tests"]
     return result, test
@@ -72,7 +74,7 @@ def test_sampling_off_names_nothing(pytester, off):
     if off[0] == "-o":  # the pyproject key instead of the option
         pytester.makepyprojecttoml('[tool.gpuprof]\nsample = "off"\n')
         off = ()
-    result, test = run(pytester, *off)
+    result, test = run(pytester, *off, spin=0.02)  # nothing is sampled: no need to wait long
     assert "idle_by_code" not in test["metrics"]
     assert test["metrics"]["unattributed_ms"] > 0
     result.stdout.no_fnmatch_line("*host in:*")
