@@ -10,6 +10,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from plugin_runs import DATA_BLOCK, page_data_of
 
 from pytest_gpuprof.analysis import metrics
@@ -25,6 +27,8 @@ EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 SUITE = """
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 @pytest.mark.parametrize("name", ['<script>alert("x")</script><img src=x onerror=alert(1)>', "plain"])
 def test_pipeline(gpuprof, gpu_workload, name):
@@ -209,6 +213,44 @@ def test_idle_stretches_keep_their_step_when_merged():
     assert {m.label for m in merged} == {"upload", "compute"}
     assert sum(m.count for m in merged) == 1000
     assert len(merged) <= 101
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 50), st.sampled_from("abc"), st.integers(1, 3))),
+    st.integers(1, 1200),
+    st.integers(1, 20),
+    st.booleans(),
+)
+def test_bucket_merges_exactly_the_runs_of_neighbours_in_one_bucket(raw, span, buckets, by_label):
+    """Against a brute force: each run of neighbours whose starts fall in one 1/buckets of
+    the span (and, by_label, of one label) is one item holding their count and extent."""
+    from pytest_gpuprof.analysis.lanes import Item, bucket
+
+    items = [Item(start, start + length, label, {"arg": 1}, count) for start, length, label, count in raw]
+    got = bucket(items, span, buckets, "kernels", by_label=by_label)
+    if len(items) <= buckets:
+        assert got == items
+        return
+    keys = [(min(buckets - 1, int(i.start // (span / buckets))), i.label if by_label else "") for i in items]
+    runs: list[list[Item]] = []
+    for k, item in enumerate(items):
+        if k and keys[k] == keys[k - 1]:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    expected = [
+        run[0]
+        if len(run) == 1
+        else Item(
+            run[0].start,
+            max(i.end for i in run),
+            run[0].label if by_label else f"{sum(i.count for i in run)} kernels",
+            {},
+            sum(i.count for i in run),
+        )
+        for run in runs
+    ]
+    assert got == expected
 
 
 def test_kernels_carry_their_sm_coverage_for_shading():

@@ -169,18 +169,16 @@ def bucket(items: list[Item], span: int, buckets: int, noun: str = "items", *, b
     if len(items) <= buckets or span <= 0:
         return items
     width = span / buckets
-
-    def bucket_of(item: Item) -> int:
-        return min(buckets - 1, max(0, int(item.start // width)))
-
     out: list[Item] = []
-    for item in items:
-        bucket = bucket_of(item)
-        if out and bucket_of(out[-1]) == bucket and (not by_label or out[-1].label == item.label):
-            last = out[-1]
-            count = last.count + item.count
-            label = last.label if by_label else f"{count} {noun}"
-            out[-1] = Item(last.start, max(last.end, item.end), label, {}, count)
-        else:
-            out.append(item)
+    # runs of neighbours in one bucket (and of one label, by_label): one item each
+    for _, run in itertools.groupby(
+        items, key=lambda i: (min(buckets - 1, max(0, int(i.start // width))), i.label if by_label else None)
+    ):
+        first, *rest = run
+        if not rest:
+            out.append(first)
+            continue
+        count = first.count + sum(i.count for i in rest)
+        end = max(first.end, max(i.end for i in rest))
+        out.append(Item(first.start, end, first.label if by_label else f"{count} {noun}", {}, count))
     return out
