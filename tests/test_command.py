@@ -8,7 +8,7 @@ import pytest
 
 
 def _report(tmp_path, name, nodeid="t::a", **extra):
-    from tests.test_compare import report
+    from tests.verdict.test_compare import report
 
     path = tmp_path / name
     data = report(tests=[{"nodeid": nodeid, "outcome": "passed", "metrics": {"wall_ms": 1.0}}])
@@ -81,7 +81,7 @@ def test_a_malformed_report_is_named_by_file_test_and_field_in_every_command(tmp
 
 def test_show_lays_a_report_out_as_a_table_of_the_columns_asked_for(tmp_path, capsys):
     from pytest_gpuprof import cli
-    from tests.test_compare import report
+    from tests.verdict.test_compare import report
 
     tests = [
         {"nodeid": "a.py::t1", "verdict": "ok", "metrics": {"wall_ms": 10.0, "utilization": 0.9, "kernel_ms": 9.0}},

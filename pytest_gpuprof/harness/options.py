@@ -2,7 +2,7 @@
 
 The pytest options, the keys ``[tool.gpuprof]`` accepts and how each is checked, the
 defaults ``Settings`` starts from, the CLI's shared flags and the options table of the
-README (``tests/test_options.py`` holds it equal to this one) all come from ``TABLE``.
+README (``tests/harness/test_options.py`` holds it equal to this one) all come from ``TABLE``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Span
 from pytest_gpuprof.analysis.nvtx import RANGE_IDS, as_steps, range_name
 from pytest_gpuprof.analysis.timeline import Timeline
-from tests.test_metrics import nested_steps
+from tests.analysis.test_metrics import nested_steps
 
 MS = 1_000_000
 

@@ -120,7 +120,7 @@ def test_each_allocation_is_counted_once_with_its_line_and_freed_by_address(cupt
     assert got.reserved_peak_bytes == 130 << 20
     assert got.leaked_bytes == 30 << 20
     assert [h.nbytes for h in got.largest] == [100 << 20, 30 << 20]
-    assert got.largest[0].where.startswith("tests/test_driver_memory.py:") and "body" in got.largest[0].where
+    assert got.largest[0].where.startswith("tests/capture/test_driver_memory.py:") and "body" in got.largest[0].where
     assert got.source == "driver" and "what was allocated before the test is not counted" in got.note
     tracker.close()
     assert cupti.callback is None  # unsubscribed

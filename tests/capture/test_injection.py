@@ -2,7 +2,7 @@
 native program, its records read into the test's window; where it cannot be built or CUPTI
 refuses it, the program is listed as not seen, never 0.
 
-CUPTI here is a stand-in (``tests/fake_cupti``: its header's layouts and a libcupti that
+CUPTI here is a stand-in (``tests/capture/fake_cupti``: its header's layouts and a libcupti that
 hands over three records at the flush), and the native program loads the library as the
 CUDA driver does; the real CUPTI and driver are ``tests/gpu/test_child_processes.py``'s.
 """

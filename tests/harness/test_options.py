@@ -8,7 +8,7 @@ import pytest
 from pytest_gpuprof.harness import checks, config
 from pytest_gpuprof.harness.options import BY_FLAG, DEFAULT, TABLE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def option_rows(path):

@@ -11,7 +11,7 @@ from pytest_gpuprof.analysis import attribution, host_code, metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, HostSample, Span
 from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.timeline import Timeline
-from tests.test_metrics import WINDOW, brute_force
+from tests.analysis.test_metrics import WINDOW, brute_force
 
 GRID = 60
 PLACES = ["test_a.py:3 f > lib/x.py:load", "test_a.py:9 g", "queue.py:get"]

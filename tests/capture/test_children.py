@@ -159,7 +159,7 @@ def test_a_native_program_the_test_starts_is_listed_as_not_seen_never_0():
     from pytest_gpuprof.harness.profiler import Profiler
     from pytest_gpuprof.harness.windows import Channels
 
-    # where no injection library could be had (``tests/test_injection.py``: where one can)
+    # where no injection library could be had (``tests/capture/test_injection.py``: where one can)
     watch, backend = ChildWatch(native=(None, "no injection library")), HostBackend()
     try:
         profiler = Profiler(backend, channels=Channels(children=watch))

@@ -166,7 +166,7 @@ def test_metrics_reach_junit_xml_and_the_github_step_summary(suite, monkeypatch)
 def test_the_gates_pages_workflow_examples_are_valid_yaml():
     import yaml
 
-    readme = Path(__file__).parents[1].joinpath("docs", "gates.md").read_text()
+    readme = Path(__file__).parents[2].joinpath("docs", "gates.md").read_text()
     sharded, cached = re.findall(r"```yaml\n(.*?)```", readme, re.S)
     for block in (sharded, cached):
         workflow = yaml.safe_load(block)

@@ -12,7 +12,7 @@ from pytest_gpuprof.output import schema
 from pytest_gpuprof.output.storage import load
 from pytest_gpuprof.output.store import Store
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 PIPELINE = """
 def test_pipeline(gpuprof, gpu_workload):
