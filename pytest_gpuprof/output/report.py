@@ -14,11 +14,10 @@ from typing import Any
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
 from pytest_gpuprof.analysis.names import fit
+from pytest_gpuprof.output.schema import SCHEMA
 from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
 from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
 from pytest_gpuprof.verdict.outcome import Check, TestVerdict
-
-SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)

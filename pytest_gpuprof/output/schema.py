@@ -17,6 +17,8 @@ from typing import Any
 
 from pytest_gpuprof.analysis import descriptors
 
+# the report format's number (its ``schema`` field): a reader refuses a newer one
+SCHEMA = 1
 FOLDER = Path(__file__).resolve().parents[1] / "schemas"
 FILES = {"report": FOLDER / "report.schema.json", "baseline": FOLDER / "baseline.schema.json"}
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -119,11 +121,11 @@ def report_schema() -> dict[str, Any]:
     return {
         "$schema": _DRAFT,
         "$id": "pytest-gpuprof/report.schema.json",
-        "title": "pytest-gpuprof JSON report, schema 1",
+        "title": f"pytest-gpuprof JSON report, schema {SCHEMA}",
         "type": "object",
         "required": ["schema", "created", "machine", "tests"],
         "properties": {
-            "schema": {"const": 1},
+            "schema": {"const": SCHEMA},
             "created": {"type": "string", "format": "date-time"},
             "commit": {"type": "string"},
             "branch": {"type": "string"},
@@ -150,7 +152,7 @@ def baseline_schema() -> dict[str, Any]:
     return {
         "$schema": _DRAFT,
         "$id": "pytest-gpuprof/baseline.schema.json",
-        "title": "pytest-gpuprof stored baseline (a report, schema 1, named)",
+        "title": f"pytest-gpuprof stored baseline (a report, schema {SCHEMA}, named)",
         "allOf": [{"$ref": "report.schema.json"}],
         "required": ["name", "run_id"],
         "properties": {

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.output.report import SCHEMA
+from pytest_gpuprof.output.schema import SCHEMA
 
 
 class BaselineError(ValueError):

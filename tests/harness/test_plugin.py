@@ -190,7 +190,11 @@ def test_loading_the_plugin_imports_no_numerical_or_gpu_library():
     import subprocess
     import sys
 
-    probe = "import sys, pytest_gpuprof.plugin; print([m for m in ('numpy', 'cupy', 'cupti', 'pynvml') if m in sys.modules])"
+    # the plugin, and the baseline store that a runner's save and the gpuprof command load
+    probe = (
+        "import sys, pytest_gpuprof.plugin, pytest_gpuprof.output.store; "
+        "print([m for m in ('numpy', 'cupy', 'cupti', 'pynvml') if m in sys.modules])"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
 
