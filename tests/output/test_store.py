@@ -171,6 +171,9 @@ def test_collect_only_and_gate_failed_runs_stay_out_of_what_compare_picks(pytest
     assert Store(url).summaries(machine) == [first]
 
 
+# the folder and the S3 server (memory:// is one process's: the controller's save reads
+# the same there, and each kind's xdist run costs its workers' start)
+@pytest.mark.parametrize("url", ["file", "s3"], indirect=True)
 def test_an_xdist_run_saves_one_complete_baseline(pytester, url):
     pytester.makepyfile(SUITE)
     # three workers for two tests: one runs none and must not make the baseline partial
