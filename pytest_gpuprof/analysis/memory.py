@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuprof.analysis.model import Allocation, MemoryLog, Span
+from pytest_gpuprof.analysis.model import Allocation, MemoryLog, MemoryMark, Span
 
 LARGEST = 3  # the allocations a breach's message names
 SITES = 20  # the places of the allocations live at the peak that a window keeps (``--gpu-memory-top``)
@@ -120,16 +120,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     open_at_peak = stretches[top][0].open if rises[top] > 0 and "memory.peak_bytes" not in bounds else ()
     at_peak = _innermost(open_at_peak, spans)
     within = sorted((spans[i] for i in open_at_peak if i in spans), key=lambda s: (s.depth, s.start))
-    by_step: dict[str, list[int]] = defaultdict(list)
-    for i, (before, _) in enumerate(stretches):
-        for name in {spans[j].name for j in before.open if j in spans}:
-            by_step[name].append(i)
-    step_peaks: dict[str, int | None] = {}
-    for name, at in by_step.items():
-        step = highest((lows[i], rises[i]) for i in at)
-        if step[0] < step[1]:
-            bounds[f"steps.{name}.memory_peak_bytes"] = step
-        step_peaks[name] = step[1] if step[0] == step[1] else None
+    step_peaks = _step_peaks([before for before, _ in stretches], spans, lows, rises, bounds)
     reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
     largest: tuple[Held, ...] = ()
     leaks: tuple[Held, ...] = ()
@@ -164,6 +155,29 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         bounds=bounds,
     )
     return metrics, step_peaks
+
+
+def _step_peaks(
+    starts: Sequence[MemoryMark],
+    spans: Mapping[int, Span],
+    lows: Sequence[int],
+    rises: Sequence[int],
+    bounds: dict[str, tuple[int, int]],
+) -> dict[str, int | None]:
+    """Each step's peak: the highest of the stretches it was open over (open at the
+    stretch's first edge, ``starts``); ``None``, with its range put in ``bounds``, where
+    that is known as a range only."""
+    by_step: dict[str, list[int]] = defaultdict(list)
+    for i, start in enumerate(starts):
+        for name in {spans[j].name for j in start.open if j in spans}:
+            by_step[name].append(i)
+    peaks: dict[str, int | None] = {}
+    for name, at in by_step.items():
+        step = highest((lows[i], rises[i]) for i in at)
+        if step[0] < step[1]:
+            bounds[f"steps.{name}.memory_peak_bytes"] = step
+        peaks[name] = step[1] if step[0] == step[1] else None
+    return peaks
 
 
 def _held(a: Allocation, spans: Mapping[int, Span]) -> Held:

@@ -351,8 +351,7 @@ def _storage(value: object, saving: bool) -> str:
 
 def _run_id(value: str | None) -> str | None:
     """``--gpu-run-id``, else the CI's run id; checked before any test runs."""
-    from pytest_gpuprof.output.storage import BaselineError
-    from pytest_gpuprof.output.store import check_run_id, run_id_from_environment
+    from pytest_gpuprof.output.storage import BaselineError, check_run_id, run_id_from_environment
 
     if value is None:
         return run_id_from_environment()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,3 +176,24 @@ def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[
     if partial:  # any input's run that did not finish makes the merge partial
         merged["partial"] = "; ".join(partial)
     return {**merged, "tests": list(tests.values())}
+
+
+def run_id_from_environment(env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """The CI's id of this workflow run, shared by its shards (matrix jobs); ``None`` outside CI."""
+    if env.get("GITHUB_RUN_ID"):
+        return f"gh{env['GITHUB_RUN_ID']}-{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+    for var, prefix in (
+        ("CI_PIPELINE_ID", "gl"),
+        ("BUILDKITE_BUILD_ID", "bk"),
+        ("CIRCLE_WORKFLOW_ID", "cc"),
+        ("BUILD_BUILDID", "az"),
+    ):
+        if env.get(var):
+            return f"{prefix}{env[var]}"
+    return None
+
+
+def check_run_id(run_id: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,80}", run_id):
+        raise BaselineError(f"--gpu-run-id={run_id!r}: a run id is 1 to 80 letters, digits, '.', '_' or '-'")
+    return run_id
