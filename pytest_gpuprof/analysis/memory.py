@@ -19,6 +19,14 @@ from typing import Any
 
 from pytest_gpuprof.analysis.model import Allocation, MemoryLog, MemoryMark, Span
 
+# the paths of the peaks (``MemoryMetrics.bounds``' keys): the window's, and a step's
+PEAK = "memory.peak_bytes"
+
+
+def step_peak(name: str) -> str:
+    return f"steps.{name}.memory_peak_bytes"
+
+
 LARGEST = 3  # the allocations a breach's message names
 SITES = 20  # the places of the allocations live at the peak that a window keeps (``--gpu-memory-top``)
 
@@ -113,11 +121,11 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     bounds: dict[str, tuple[int, int]] = {}
     window = highest(zip(lows, rises, strict=True))
     if window[0] < window[1]:
-        bounds["memory.peak_bytes"] = window
+        bounds[PEAK] = window
     top = max(range(len(rises)), key=lambda i: rises[i])
     # a window that never held more than it began with has no peak, so no step reached it;
     # nor is the step at the peak known where the peak is a range
-    open_at_peak = stretches[top][0].open if rises[top] > 0 and "memory.peak_bytes" not in bounds else ()
+    open_at_peak = stretches[top][0].open if rises[top] > 0 and PEAK not in bounds else ()
     at_peak = _innermost(open_at_peak, spans)
     within = sorted((spans[i] for i in open_at_peak if i in spans), key=lambda s: (s.depth, s.start))
     step_peaks = _step_peaks([before for before, _ in stretches], spans, lows, rises, bounds)
@@ -141,7 +149,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
             sites = _by_place(live, spans)[:SITES]
     end = marks[-1]
     metrics = MemoryMetrics(
-        peak_bytes=None if "memory.peak_bytes" in bounds else window[1],
+        peak_bytes=None if PEAK in bounds else window[1],
         reserved_peak_bytes=max(reserved) if reserved else None,
         peak_step=at_peak.name if at_peak is not None else None,
         source=log.source,
@@ -175,7 +183,7 @@ def _step_peaks(
     for name, at in by_step.items():
         step = highest((lows[i], rises[i]) for i in at)
         if step[0] < step[1]:
-            bounds[f"steps.{name}.memory_peak_bytes"] = step
+            bounds[step_peak(name)] = step
         peaks[name] = step[1] if step[0] == step[1] else None
     return peaks
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_gpuprof.analysis import descriptors as d
-from pytest_gpuprof.analysis.memory import highest
+from pytest_gpuprof.analysis.memory import PEAK, highest
 from pytest_gpuprof.analysis.metrics import Metrics, NvmlMetrics
 from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.whatif import Prediction
@@ -89,8 +89,8 @@ def _ranged(rounds: Sequence[Metrics], m: Metrics) -> Metrics:
         name = _step(path)
         if name is not None and name in steps:
             steps[name] = replace(steps[name], memory_peak_bytes=exact.get(path))
-    ranged = "memory.peak_bytes" in bounds
-    peak = None if ranged else exact.get("memory.peak_bytes", m.memory.peak_bytes)
+    ranged = PEAK in bounds
+    peak = None if ranged else exact.get(PEAK, m.memory.peak_bytes)
     step = None if ranged else m.memory.peak_step
     return replace(m, steps=steps, memory=replace(m.memory, peak_bytes=peak, peak_step=step, bounds=bounds))
 
@@ -101,7 +101,7 @@ def _known(m: Metrics, path: str) -> tuple[int, int] | None:
         return None
     if path in m.memory.bounds:
         return m.memory.bounds[path]
-    if path == "memory.peak_bytes":
+    if path == PEAK:
         value = m.memory.peak_bytes
     else:
         step = m.steps.get(_step(path) or "")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_gpuprof.analysis.lanes import bucket, build
+from pytest_gpuprof.analysis.memory import step_peak
 from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.report import GpuRecord
@@ -44,8 +45,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         },
         # a step's memory peak known as a range only (JAX's statistics): its least and most
         "steps": {
-            name: {**s.to_dict(), "memory_peak_range": bounds.get(f"steps.{name}.memory_peak_bytes")}
-            for name, s in m.steps.items()
+            name: {**s.to_dict(), "memory_peak_range": bounds.get(step_peak(name))} for name, s in m.steps.items()
         },
         "lanes": [],
         "counters": [],

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.descriptors import is_fraction, lookup
+from pytest_gpuprof.analysis.memory import PEAK
 from pytest_gpuprof.analysis.model import GIB, MIB, UNATTRIBUTED
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
         return []
     step = f" in step {' > '.join((*m.peak_within, m.peak_step))}" if m.peak_step else ""
     reserved = f", {human_bytes(m.reserved_peak_bytes)} reserved" if m.reserved_peak_bytes is not None else ""
-    peak = peak_shown(m.peak_bytes, m.bounds.get("memory.peak_bytes"))
+    peak = peak_shown(m.peak_bytes, m.bounds.get(PEAK))
     lines = [f"device memory: peak {peak} over the window's start{step}{reserved} ({m.source})"]
     if m.largest:
         lines.append(
@@ -102,7 +103,7 @@ def memory_top(nodeid: str, metrics: Mapping[str, Any], n: int) -> list[str]:
     if memory is None:
         return [f"{nodeid}: device memory not measured ({metrics.get('memory_unseen') or 'no allocator seen'})"]
     sites = memory.get("sites") or []
-    peak = peak_shown(memory["peak_bytes"], (memory.get("bounds") or {}).get("memory.peak_bytes"))
+    peak = peak_shown(memory["peak_bytes"], (memory.get("bounds") or {}).get(PEAK))
     head = f"{nodeid}: device memory peak {peak} ({memory['source']})"
     if not sites:
         return [f"{head}: no allocation's place recorded ({memory.get('note') or 'none live at the peak'})"]
