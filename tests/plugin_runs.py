@@ -4,6 +4,11 @@ the data an HTML page carries."""
 import json
 import re
 
+# For a pytest whose tests use no hypothesis, run in processes of its own (xdist workers,
+# a subprocess): hypothesis's pytest plugin imports hypothesis as each session ends, about
+# 75 ms a process; an in-process run finds it imported already.
+WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
+
 UPLOAD_TEST = """
 import pytest
 

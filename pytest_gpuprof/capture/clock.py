@@ -126,9 +126,14 @@ class VirtualClockError(RuntimeError):
 
 
 class _Waiter:
-    __slots__ = ("cancelled", "counted", "ready")
+    """One thread's place in a wait, woken on its own: waking every waiting thread on each
+    step would cost each of them a switch in and out (a pipeline's thousand steps, times its
+    threads)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("cancelled", "counted", "ready", "woken")
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.woken = threading.Condition(lock)
         self.ready = False
         self.counted = False
         self.cancelled = False  # its thread left the wait (an interrupt): nobody is waiting
@@ -145,7 +150,7 @@ class VirtualClock:
     virtual = True
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
         self._now = 0
         self._running = 0
         self._sleepers: list[tuple[int, int, _Waiter]] = []
@@ -177,7 +182,7 @@ class VirtualClock:
 
     def spend(self, ns: int, work: Callable[[], object] | None = None) -> None:
         with self._guard():
-            waiter = _Waiter()
+            waiter = _Waiter(self._lock)
             heapq.heappush(self._sleepers, (self._now + max(0, int(ns)), next(self._order), waiter))
             self._block(waiter)
 
@@ -224,7 +229,7 @@ class VirtualClock:
         """The clock's lock, with Ctrl-C held back while its books change: an interrupt
         between taking a sleeper off the heap and waking it would leave that thread
         waiting for good. Waits let it through (``_block``)."""
-        with _sigint(signal.SIG_BLOCK), self._cond:
+        with _sigint(signal.SIG_BLOCK), self._lock:
             yield
 
     # under self._guard()
@@ -239,7 +244,7 @@ class VirtualClock:
         try:
             while not waiter.ready:
                 with _sigint(signal.SIG_UNBLOCK):
-                    self._cond.wait()
+                    waiter.woken.wait()
         except BaseException:  # Ctrl-C in the middle of a wait: this thread runs again
             if not waiter.ready:
                 waiter.cancelled = True
@@ -249,7 +254,7 @@ class VirtualClock:
 
     def _wait_in(self, waiters: deque[_Waiter] | list[_Waiter]) -> None:
         """Wait in line in ``waiters`` until someone wakes this thread."""
-        waiter = _Waiter()
+        waiter = _Waiter(self._lock)
         waiters.append(waiter)
         self._block(waiter)
 
@@ -260,7 +265,7 @@ class VirtualClock:
         waiter.ready = True
         if waiter.counted:
             self._running += 1
-        self._cond.notify_all()
+        waiter.woken.notify()
         return True
 
     def _advance(self) -> None:

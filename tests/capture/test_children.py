@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.device_work import DeviceWork
@@ -124,7 +125,16 @@ def test_a_pytest_child_is_left_to_its_own_plugin_and_so_are_its_workers(tmp_pat
     folder.mkdir()
     (tmp_path / "test_inner.py").write_text(f"import os\ndef test_env():\n    assert {ENV!r} not in os.environ\n")
     env = {**os.environ, ENV: str(folder), "PYTHONPATH": BOOTSTRAP + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", str(tmp_path / "test_inner.py")]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:randomly",
+        *WITHOUT_HYPOTHESIS,
+        str(tmp_path / "test_inner.py"),
+    ]
     done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:]
     assert list(folder.iterdir()) == []

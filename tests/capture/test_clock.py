@@ -6,6 +6,7 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof.capture.clock import RealClock, VirtualClock
 
@@ -133,13 +134,13 @@ def test_threaded(gpuprof, gpu_workload):
 
 def test_a_thread_the_test_starts_runs_on_the_real_clock(pytester):
     pytester.makepyfile(THREAD_TEST)
-    pytester.runpytest_subprocess("--gpu-host-clock=real", timeout=120).assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("--gpu-host-clock=real", *WITHOUT_HYPOTHESIS, timeout=120).assert_outcomes(passed=1)
 
 
 def test_the_virtual_clock_refuses_a_thread_the_test_starts_at_once_saying_what_to_do(pytester):
     pytester.makepyfile(THREAD_TEST)
     # in a process of its own, with a limit: a clock that hangs fails this test, not the suite
-    result = pytester.runpytest_subprocess("--gpu-host-clock=virtual", timeout=120)
+    result = pytester.runpytest_subprocess("--gpu-host-clock=virtual", *WITHOUT_HYPOTHESIS, timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [

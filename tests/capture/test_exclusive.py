@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof.capture.exclusive import DeviceLock
 
@@ -174,7 +175,14 @@ def test_xdist_workers_take_turns_on_a_device_and_report_their_wait(pytester, tm
     pytester.makepyfile(GPU_SUITE.format(folder=str(stamps)))
     # the real clock: the virtual one needs no lock (its figures do not depend on load)
     result = pytester.runpytest(
-        "--gpu-host-clock=real", "-n", "2", f"--gpu-exclusive={exclusive}", "--gpu-report=r.json", "-p", "no:randomly"
+        "--gpu-host-clock=real",
+        "-n",
+        "2",
+        f"--gpu-exclusive={exclusive}",
+        "--gpu-report=r.json",
+        "-p",
+        "no:randomly",
+        *WITHOUT_HYPOTHESIS,
     )
     result.assert_outcomes(passed=8)
     spans = sorted(json.loads(p.read_text()) for p in stamps.glob("*.json"))

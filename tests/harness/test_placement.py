@@ -5,6 +5,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof.capture.placement import VISIBLE, Placement, place, visible
 
@@ -62,7 +63,7 @@ def test_each_worker_sees_its_own_gpu_before_its_tests_run(pytester, monkeypatch
     pytest.importorskip("xdist")
     monkeypatch.setenv(VISIBLE, "3,7")
     pytester.makepyfile(CHECK.replace("test_where", "test_a") + CHECK.replace("test_where", "test_b"))
-    result = pytester.runpytest("-n", "2", "-p", "no:randomly", "--gpu-rounds=3", *args)
+    result = pytester.runpytest("-n", "2", "-p", "no:randomly", *WITHOUT_HYPOTHESIS, "--gpu-rounds=3", *args)
     result.assert_outcomes(passed=2)
     got = where(pytester)
     assert set(got) <= set(expected) and got == {w: expected[w] for w in got}, got
@@ -96,6 +97,6 @@ def test_a_run_that_does_not_configure_the_plugin_leaves_every_gpu_to_every_work
     pytest.importorskip("xdist")
     monkeypatch.setenv(VISIBLE, "3,7")
     pytester.makepyfile(CHECK.replace("test_where", "test_a") + CHECK.replace("test_where", "test_b"))
-    result = pytester.runpytest("-n", "2", "-p", "no:randomly")
+    result = pytester.runpytest("-n", "2", "-p", "no:randomly", *WITHOUT_HYPOTHESIS)
     result.assert_outcomes(passed=2)
     assert set(where(pytester).values()) == {"3,7"}

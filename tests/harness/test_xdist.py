@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from plugin_runs import page_data_of
+from plugin_runs import WITHOUT_HYPOTHESIS, page_data_of
 
 pytest.importorskip("xdist")
 
@@ -23,7 +23,7 @@ def test_idle(gpuprof):
 
 
 def run(pytester, *args):
-    return pytester.runpytest("--gpu-backend=host", "--gpu-budget", "--gpu-report=r.json", *args)
+    return pytester.runpytest("--gpu-backend=host", "--gpu-budget", "--gpu-report=r.json", *WITHOUT_HYPOTHESIS, *args)
 
 
 CRASH = """
@@ -115,7 +115,7 @@ def test_the_xdist_summary_is_the_same_from_run_to_run(pytester):
     )
 
     def rows():
-        result = pytester.runpytest("-n", "2")
+        result = pytester.runpytest("-n", "2", *WITHOUT_HYPOTHESIS)
         result.assert_outcomes(passed=6)
         return [line.split()[0] for line in result.stdout.lines if line.startswith("test_the_xdist_summary")]
 

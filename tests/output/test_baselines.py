@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from plugin_runs import UPLOAD_TEST
+from plugin_runs import UPLOAD_TEST, WITHOUT_HYPOTHESIS
 
 SUITE = """
 import os
@@ -201,7 +201,7 @@ def test_ctrl_c_inside_partitions_ends_the_run_cleanly_and_saves_nothing(pyteste
     pytester.makepyfile(INTERRUPTIBLE)
     # the virtual clock (the suite's and the examples') and the real one (a user's run,
     # whose threads wait on threading's primitives only)
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--gpu-host-clock={clock}"]
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *WITHOUT_HYPOTHESIS, f"--gpu-host-clock={clock}"]
     args += ["--gpu-save=main", "--gpu-report=r.json"]
     if not pytestconfig.pluginmanager.has_plugin("gpuprof"):  # not installed: load it from the tree
         args += ["-p", "pytest_gpuprof.plugin"]

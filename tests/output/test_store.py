@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.output import store as store_module
@@ -177,7 +178,9 @@ def test_collect_only_and_gate_failed_runs_stay_out_of_what_compare_picks(pytest
 def test_an_xdist_run_saves_one_complete_baseline(pytester, url):
     pytester.makepyfile(SUITE)
     # three workers for two tests: one runs none and must not make the baseline partial
-    pytester.runpytest("-n", "3", f"--gpu-storage={url}", "--gpu-save=main").assert_outcomes(passed=2)
+    pytester.runpytest("-n", "3", f"--gpu-storage={url}", "--gpu-save=main", *WITHOUT_HYPOTHESIS).assert_outcomes(
+        passed=2
+    )
     store = Store(url)
     (machine,) = store.machines()
     (summary,) = store.summaries(machine)
