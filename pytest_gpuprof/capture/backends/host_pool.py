@@ -26,36 +26,11 @@ class HostBuffer:
         self.nbytes = array.nbytes
 
 
-# On the virtual clock, the host memory of trimmed blocks, kept for the next allocation of
-# its size in this process, up to this many bytes. Its times do not depend on the memory
-# being new, and new memory is what costs here: a first write faults every page in (about
-# 160 ms for 64 MiB on a 2-core CI machine, against 7 ms for a copy of it), and the
-# pipeline's trim step frees every block each round. On the real clock a trim frees.
-SPARE_BYTES = 1 << 30
-_SPARE: dict[int, list[np.ndarray]] = defaultdict(list)
-_SPARE_LOCK = threading.Lock()
-
-
-def _spare(nbytes: int) -> np.ndarray | None:
-    with _SPARE_LOCK:
-        blocks = _SPARE.get(nbytes)
-        return blocks.pop() if blocks else None
-
-
-def _keep_spare(blocks: list[np.ndarray]) -> None:
-    with _SPARE_LOCK:
-        kept = sum(a.nbytes for arrays in _SPARE.values() for a in arrays)
-        for array in blocks:
-            if kept + array.nbytes <= SPARE_BYTES:
-                _SPARE[array.nbytes].append(array)
-                kept += array.nbytes
-
-
 class Pool:
     """A caching allocator: freed blocks wait for reuse until ``trim``."""
 
     def __init__(self, *, premap: bool) -> None:
-        self._premap = premap  # the real clock: map new blocks at once, and free trimmed ones
+        self._premap = premap  # the real clock: map new blocks at once
         self._lock = threading.Lock()
         self._free: dict[int, list[np.ndarray]] = defaultdict(list)
         self.in_use = 0
@@ -66,12 +41,10 @@ class Pool:
         with self._lock:
             blocks = self._free.get(nbytes)
             array = blocks.pop() if blocks else None
-        if array is None and not self._premap:
-            array = _spare(nbytes)
         if array is None:
             # A GPU allocator maps device memory when it allocates; here the first write
             # would map the pages, inside whichever copy came first: on the real clock, map
-            # them now (the virtual clock's times do not depend on it)
+            # them now (the virtual clock writes none: its zeros stay unmapped)
             array = np.zeros(nbytes, dtype=np.uint8)
             if self._premap:
                 array[:: os.sysconf("SC_PAGE_SIZE") if nbytes else 1] = 0
@@ -92,14 +65,11 @@ class Pool:
 
     def trim(self) -> None:
         with self._lock:
-            trimmed = [a for arrays in self._free.values() for a in arrays]
             self._free.clear()
-        if not self._premap:
-            _keep_spare(trimmed)
 
 
 def filled(nbytes: int) -> np.ndarray:
-    """The uploads' source: the user's data already sits in host memory before an upload.
+    """The real clock's uploads' source: the user's data already sits in host memory before an upload.
     One filled source is kept (not one per size: sizes may be many and large) so that the
     copy, not the filling, is what gets timed: the latest that was not smaller than what
     an upload needs, whose first ``nbytes`` serve the smaller ones. One for the process,
