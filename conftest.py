@@ -1,6 +1,15 @@
 import os
+import sys
 
 from hypothesis import HealthCheck, settings
+
+# Bytecode caches, as Python writes them by default, on a machine whose environment turns
+# them off (PYTHONDONTWRITEBYTECODE, as this project's CI machine does): there every process
+# of a run compiled the package again, and pytest rewrote every test module again in each
+# worker, about 4 s of a suite's CPU. Before the workers start, so that they and every
+# pytest the suite starts inherit it; the caches go where Python puts them (ignored by git).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 pytest_plugins = ["pytester"]
 

@@ -21,10 +21,6 @@ def virtual_clock(request, monkeypatch):
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # which clears PYTEST_ADDOPTS when it starts
         monkeypatch.setenv("PYTEST_ADDOPTS", "--gpu-host-clock=virtual -W default::pytest_gpuprof.GpuBudgetWarning")
-        # a pytest it starts in a process of its own may cache the modules pytest rewrites
-        # (hypothesis's 80, 1.5 s a process): a machine that writes no bytecode rewrote
-        # them in every one of the suite's pytest processes
-        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
 
 
 # ``--hypothesis-profile=thorough``: every property test with far more examples, to run
