@@ -9,6 +9,7 @@ before it, and no modules import each other in a circle (lazy imports included).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,10 @@ def _imports(path: Path) -> set[str]:
     return {m for m in found if m in MODULES} - {_module_name(path)}
 
 
-GRAPH = {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each module's imports (read when a test asks: every xdist worker collects this file)."""
+    return {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _layer(module: str) -> str | None:
@@ -68,12 +72,12 @@ def _layer(module: str) -> str | None:
     return parts[1] if len(parts) > 2 and parts[1] in ALLOWED else None
 
 
-@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _layer(m)))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))
 def test_a_layer_imports_only_what_comes_before_it(module: str) -> None:
     layer = _layer(module)
     assert layer is not None
     wrong = sorted(
-        imported for imported in GRAPH[module] if _layer(imported) != layer and _layer(imported) not in ALLOWED[layer]
+        imported for imported in graph()[module] if _layer(imported) != layer and _layer(imported) not in ALLOWED[layer]
     )
     assert not wrong, (
         f"{module} ({layer}) imports {wrong}: {layer} may import only {sorted(ALLOWED[layer]) or 'itself'}"
@@ -96,7 +100,7 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
     def visit(module: str) -> None:
         state[module] = 1
         path.append(module)
-        for imported in sorted(GRAPH.get(module, ())):
+        for imported in sorted(graph().get(module, ())):
             if state.get(imported) == 1:
                 circle = [*path[path.index(imported) :], imported]
                 pytest.fail("import circle: " + " -> ".join(circle))
@@ -105,14 +109,14 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
         path.pop()
         state[module] = 2
 
-    for module in sorted(GRAPH):
+    for module in sorted(graph()):
         if module not in state:
             visit(module)
 
 
 def test_the_check_sees_a_layer_broken() -> None:
     """The reader of imports finds an upward import (so the tests above can fail)."""
-    assert "pytest_gpuprof.analysis.model" in GRAPH["pytest_gpuprof.analysis.metrics"]
+    assert "pytest_gpuprof.analysis.model" in graph()["pytest_gpuprof.analysis.metrics"]
     assert _layer("pytest_gpuprof.output.report") == "output"
     assert "analysis" not in ALLOWED["analysis"] and "output" not in ALLOWED["verdict"]
 
