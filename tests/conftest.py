@@ -1,6 +1,7 @@
 import gc
 import importlib
 import pkgutil
+import sys
 
 import pytest
 
@@ -21,6 +22,11 @@ def virtual_clock(request, monkeypatch):
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")  # which clears PYTEST_ADDOPTS when it starts
         monkeypatch.setenv("PYTEST_ADDOPTS", "--gpu-host-clock=virtual -W default::pytest_gpuprof.GpuBudgetWarning")
+        # no bytecode cached for the files a test writes (the suite's own is, conftest.py):
+        # a file written again within the second at the same size would pass the
+        # timestamp check of Python's cache and of pytest 8's rewritten modules, and the
+        # old code would run
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
 
 
 # ``--hypothesis-profile=thorough``: every property test with far more examples, to run
