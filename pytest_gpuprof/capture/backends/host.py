@@ -58,9 +58,20 @@ class _Worker:
     def __init__(self, name: str, clock: Clock) -> None:
         self._queue = clock.queue()
         self.error: BaseException | None = None
+        # work submitted and not finished (a mutex held for an update, never waited on)
+        self._busy = 0
+        self._count = threading.Lock()
         self._thread = clock.start_thread(self._run, name)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight: a synchronize has nothing to wait for (every window starts
+        and ends with one, a round trip to this thread each)."""
+        return self._busy == 0
+
     def submit(self, op: Callable[[], None]) -> None:
+        with self._count:
+            self._busy += 1
         self._queue.put(op)
 
     def _run(self) -> None:
@@ -71,6 +82,8 @@ class _Worker:
                 self.error = e
             # Drop the finished work now: it may hold buffers that must return to the pool.
             del op
+            with self._count:
+                self._busy -= 1
 
     def close(self) -> None:
         self._queue.put(None)
@@ -171,7 +184,7 @@ class HostBackend:
     def synchronize(self, stream: HostStream | None = None) -> None:
         with self._lock:
             targets = [stream] if stream is not None else list(self._streams)
-        for event in [self.record(s) for s in targets]:
+        for event in [self.record(s) for s in targets if not s.idle]:
             event.wait()
         self._raise_errors()
 
