@@ -311,6 +311,46 @@ def test_the_virtual_clocks_calibration_is_what_six_copies_would_measure():
         backend.close()
 
 
+def test_a_virtual_copy_takes_the_models_time_and_maps_no_page():
+    """A copy on the virtual clock moves no bytes: 256 MiB uploaded fault no page in
+    (writing them faults 65,536 pages of 4 KiB), and device memory reads as zeros."""
+    import resource
+
+    from pytest_gpuprof.capture.clock import VirtualClock
+
+    backend = HostBackend(VirtualClock())
+    try:
+        backend.source.begin()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        buffer = backend.upload(256 * MIB)
+        backend.synchronize()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        (copy,) = backend.source.drain()[0]
+        assert faults < 5_000, faults
+        assert copy.end - copy.start == backend.modeled_copy_ns(256 * MIB) and copy.bytes == 256 * MIB
+        assert not buffer.array[:4096].any()
+    finally:
+        backend.close()
+
+
+def test_a_synchronize_waits_for_work_in_flight_and_skips_an_idle_stream(backend, monkeypatch):
+    release, synchronized = threading.Event(), threading.Event()
+    backend.default_stream.submit(release.wait)
+    try:
+        assert not backend.default_stream.idle
+        waiter = threading.Thread(target=lambda: (backend.synchronize(), synchronized.set()), daemon=True)
+        waiter.start()
+        assert not synchronized.wait(0.05)  # held by the work in flight (a skip would be done at once)
+    finally:
+        release.set()  # the stream's thread must end for the backend to close
+    waiter.join(10)
+    assert synchronized.is_set() and backend.default_stream.idle
+    recorded = []
+    monkeypatch.setattr(backend, "record", lambda stream=None: recorded.append(stream))
+    backend.synchronize()
+    assert recorded == []  # nothing in flight: no round trip to the stream's thread
+
+
 def test_the_workers_of_one_run_calibrate_the_device_once(tmp_path):
     from pytest_gpuprof.capture.clock import VirtualClock
 

@@ -69,7 +69,7 @@ class Pool:
 
 
 def filled(nbytes: int) -> np.ndarray:
-    """The real clock's uploads' source: the user's data already sits in host memory before an upload.
+    """The uploads' source on the real clock: the user's data already sits in host memory before an upload.
     One filled source is kept (not one per size: sizes may be many and large) so that the
     copy, not the filling, is what gets timed: the latest that was not smaller than what
     an upload needs, whose first ``nbytes`` serve the smaller ones. One for the process,
