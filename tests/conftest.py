@@ -61,7 +61,7 @@ def pytest_collection_finish(session):
     times a suite at 0.1 s each (6.4 s of the two workers' CPU). And a full pass every
     hundredth middle one instead of every tenth: the in-process runs leave long-lived
     objects behind quickly enough to start one every few seconds (4.2 s with the freeze
-    alone, 1.0-1.4 s with both)."""
+    alone, 2.4 s with both)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(700, 10, 100)
