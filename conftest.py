@@ -22,10 +22,6 @@ settings.register_profile("ci", derandomize=True, deadline=None, suppress_health
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-# pytester's in-process runs drop modules first imported inside them, and numpy cannot be
-# imported twice in one process: import it up front (tests/conftest.py imports the rest)
-import numpy  # noqa: E402, F401
-
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):

@@ -43,16 +43,30 @@ else:
 # run imports them again (and numpy cannot be imported twice in one process): import up
 # front everything the plugin loads lazily, the package's every module and what its report
 # and store read. A run of one test file that starts pytest many times is twice as fast.
-_LAZY = [
-    m.name
-    for m in pkgutil.walk_packages(pytest_gpuprof.__path__, "pytest_gpuprof.")
-    if m.name != "pytest_gpuprof.__main__"
-]
-for _name in [*_LAZY, "jsonschema", "fsspec", "fsspec.implementations.local", "fsspec.implementations.memory"]:
-    try:
-        importlib.import_module(_name)
-    except ImportError:  # an extra this environment lacks (the test extra has them all)
-        pass
+def _import_up_front() -> None:
+    lazy = [
+        m.name
+        for m in pkgutil.walk_packages(pytest_gpuprof.__path__, "pytest_gpuprof.")
+        if m.name != "pytest_gpuprof.__main__"
+    ]
+    for name in [
+        "numpy",
+        *lazy,
+        "jsonschema",
+        "fsspec",
+        "fsspec.implementations.local",
+        "fsspec.implementations.memory",
+    ]:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an extra this environment lacks (the test extra has them all)
+            pass
+
+
+def pytest_configure(config):
+    # where tests run: not in an xdist controller, whose workers start sooner without it
+    if config.getoption("dist", "no") == "no" or hasattr(config, "workerinput"):
+        _import_up_front()
 
 
 def pytest_collection_finish(session):
