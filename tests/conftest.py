@@ -30,7 +30,7 @@ def virtual_clock(request, monkeypatch):
 
 
 # ``--hypothesis-profile=thorough``: every property test with far more examples, to run
-# once in a while (docs/design.md, "Testing"); the suite's own runs keep hypothesis's default
+# once in a while (docs/design.md, "Layers"); the suite's own runs keep hypothesis's default
 try:
     from hypothesis import settings as _settings
 except ImportError:  # pragma: no cover - the test extra installs it
