@@ -23,12 +23,11 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, wrapper=True)
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one worker more than the machine has cores. Part of the suite waits on
-    what it starts (pytest runs in processes of their own, servers, a browser) or sleeps;
-    a third worker on two cores fills that time (44.3-45.1 s with two workers, 42.8-43.9 s
-    with three, 2026-12-05). A number in ``PYTEST_XDIST_AUTO_NUM_WORKERS`` is kept."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+    """``-n auto``: one worker more than xdist counts cores. Part of the suite waits on what
+    it starts (pytest runs in processes of their own, servers, a browser) or sleeps; a third
+    worker on two cores fills that time (44.3-45.1 s with two workers, 42.8-43.9 s with
+    three, 2026-12-05). A number in ``PYTEST_XDIST_AUTO_NUM_WORKERS`` is kept as given."""
+    cores = yield
+    return cores if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else cores + 1
