@@ -205,7 +205,7 @@ def _spin_path(test: dict) -> str:
 
 def _store_history(runs: list[dict], by_test: dict, workloads: list[str], folder: Path, slower: float) -> None:
     """The unchanged runs, then the slowed ones, as numbered baselines of one machine."""
-    from pytest_gpuprof.output.store import Store
+    from pytest_gpuprof.baselines.store import Store
 
     half = len(runs) // 2
     for i in range(len(runs)):

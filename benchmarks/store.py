@@ -95,7 +95,7 @@ def bench(size: int, others: int) -> list[tuple[str, float]]:
     import boto3
 
     from pytest_gpuprof import cli
-    from pytest_gpuprof.output.store import Store
+    from pytest_gpuprof.baselines.store import Store
 
     bucket = f"bench-{uuid.uuid4().hex[:10]}"
     boto3.client("s3").create_bucket(Bucket=bucket)

@@ -24,22 +24,14 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.baselines.gate import Gate
+from pytest_gpuprof.baselines.history import DEFAULT_METRICS
+from pytest_gpuprof.baselines.records import BaselineError, load, merge
+from pytest_gpuprof.baselines.store import Store
 from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
-from pytest_gpuprof.output.history import DEFAULT_METRICS
-from pytest_gpuprof.output.storage import BaselineError, entry_problem, load, merge
-from pytest_gpuprof.output.store import Reference, Store
 from pytest_gpuprof.output.text import host_in, pct
-from pytest_gpuprof.verdict.compare import (
-    DEFAULT_THRESHOLDS,
-    CompareError,
-    change_lines,
-    clock_note,
-    compare_tests,
-    parse_thresholds,
-    regressions,
-    with_listed_kernels,
-)
+from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
 
 
 def _shape(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None, str | None] | None:
@@ -94,38 +86,19 @@ def show(report: dict[str, Any], shape: tuple[tuple[str, ...], str | None, str |
     return lines
 
 
-def compare(
-    base: dict[str, Any] | Reference,
-    new: dict[str, Any],
-    expressions: str,
-    base_name: str = "BASE",
-    new_name: str = "NEW",
-) -> tuple[list[str], bool]:
-    """Each test of ``new`` against ``base`` (a report, or a store's reference: each test
-    from the newest baseline holding it, or pooled)."""
-    reference = base if isinstance(base, Reference) else Reference.of_report(base, base_name)
-    gating = parse_thresholds(expressions)
-    thresholds = with_listed_kernels(gating)
+def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None) -> tuple[list[str], bool]:
+    """Each test of ``new`` against the gate's baseline (the same ``Gate.compare`` as the
+    pytest gate's); ``base``: the report given by its path, whose tests ``new`` lacks are
+    listed as gone."""
     lines = []
-    theirs = reference.first["machine"].get("id")
-    if theirs != new["machine"].get("id"):
-        lines.append(f"note: machine ids differ ({theirs} vs {new['machine'].get('id')})")
+    if gate.note:
+        lines.append(f"note: {gate.note}")
     regressed = False
     for test in new["tests"]:
-        found = reference.entry(test["nodeid"])
-        if found is None:
-            lines.append(f"{test['nodeid']}: new")
-            continue
-        old, where, _ = found
-        problems = [(name, p) for name, t in ((where, old), (new_name, test)) if (p := entry_problem(t))]
-        if problems:
-            source, problem = problems[0]
-            lines.append(f"{test['nodeid']}: not compared: {source}: {problem}")
-            continue
-        changes = compare_tests(thresholds, old, test)
-        lines += change_lines(test["nodeid"], changes, clock_note(old, test), gating)
-        regressed |= bool(regressions(changes, gating))
-    if not isinstance(base, Reference):
+        comparison = gate.compare(test["nodeid"], test)
+        lines += comparison.lines()
+        regressed |= bool(comparison.regressed)
+    if base is not None:
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})
         lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
     return lines, regressed
@@ -140,14 +113,17 @@ def _output(path: Path) -> None:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from pytest_gpuprof.output import history as h
+    from pytest_gpuprof.baselines import history as h
 
     store = Store(args.storage)
     machine = store.machine(args.machine)
     for metric in args.metric or ():
         if not descriptors.comparable(metric):
             raise BaselineError(f"--metric {metric}: no such metric; metrics are {descriptors.grammar()}")
-    series = h.history(store, machine, args.test, args.metric or h.DEFAULT_METRICS)
+    summaries = store.summaries(machine)
+    series = h.history(store, machine, args.test, args.metric or h.DEFAULT_METRICS, summaries)
+    for line in h.skipped(store, summaries, args.test):
+        print(f"gpuprof history: {line}", file=sys.stderr)
     if not series:
         hint = ""
         if not any(c in args.test for c in "*?["):
@@ -168,16 +144,17 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _base(args: argparse.Namespace, new: dict[str, Any]) -> dict[str, Any] | Reference:
-    """``compare``'s BASE: a report's file or URL, or a baseline name of the store."""
+def _gate(args: argparse.Namespace, new: dict[str, Any]) -> Gate:
+    """``compare``'s BASE (a report's file or URL, or a baseline name of the store) as the
+    pytest gate opens it; another machine's baseline is compared, and said."""
     text = str(args.base)
-    if text.endswith(".json") or "/" in text or "://" in text or Path(text).is_file():
-        return load(text)
-    from pytest_gpuprof.harness.gate import wanted
-
-    name, pooled = wanted(text)
-    store = Store(args.storage)
-    return store.reference(args.machine or new["machine"]["id"], name, pooled)
+    if not (text.endswith(".json") or "/" in text or "://" in text) and Path(text).is_file():
+        text = f".{os.sep}{text}"  # a report file in this folder, named without a folder
+    gating = parse_thresholds(args.fail)
+    machine = dict(new["machine"], id=args.machine or new["machine"]["id"])
+    gate = Gate.open(text, machine, gating, storage=args.storage, any_machine=True)
+    assert gate is not None  # only a saving run may find no baseline
+    return gate
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -185,7 +162,8 @@ def _prune(args: argparse.Namespace) -> int:
     machines = [store.machine(args.machine)] if args.machine else store.machines()
     removed = [key for m in machines for key in store.prune(m, args.keep, args.name)]
     for key in removed:
-        print(f"removed {store.where(key)}")
+        damaged = store.damaged.get(key)
+        print(f"removed {store.where(key)}" + (f" (damaged: {damaged})" if damaged else ""))
     print(f"pruned {len(removed)} record(s); each name keeps its {args.keep} newest run(s)")
     return 0
 
@@ -344,7 +322,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return _export(args)
         if args.command == "compare":
             new = load(args.new)
-            lines, regressed = compare(_base(args, new), new, args.fail, str(args.base), str(args.new))
+            gate = _gate(args, new)
+            base = gate.reference.newest_record if gate.reference.store is None else None
+            lines, regressed = compare(gate, new, base)
             print("\n".join(lines))
             return 1 if regressed else 0
         _output(args.output)

@@ -21,8 +21,10 @@ ALLOWED = {
     "capture": {"analysis"},
     "verdict": {"analysis"},
     "output": {"analysis", "verdict"},
+    # the store, the choice of a baseline, the comparison and the history: no pytest
+    "baselines": {"analysis", "verdict", "output"},
     # the pytest layer: what runs around each test, over every layer below it
-    "harness": {"analysis", "capture", "verdict", "output"},
+    "harness": {"analysis", "capture", "verdict", "output", "baselines"},
 }
 
 

@@ -78,7 +78,7 @@ class Settings:
     compare_fail: tuple[Threshold, ...] = ()
     compare_given: bool = False  # --gpu-compare itself, not implied by --gpu-compare-fail
     compare_any_machine: bool = False
-    storage: str = DEFAULT["--gpu-storage"]  # a folder or a URL (output.store)
+    storage: str = DEFAULT["--gpu-storage"]  # a folder or a URL (baselines.store)
     run_id: str | None = None  # the run a save belongs to (its shards share it)
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
     configured: bool = False
@@ -176,6 +176,7 @@ _CONFLICTS = {
         "--gpu-compare-fail",
     ),
     "--gpu-skip": ("--gpu-only", "--gpu-save", "--gpu-autosave", "--gpu-compare", "--gpu-compare-fail"),
+    "--gpu-only": ("--gpu-save", "--gpu-autosave", "--gpu-compare", "--gpu-compare-fail"),
     "--gpu-save": ("--gpu-autosave",),
 }
 
@@ -192,6 +193,9 @@ def _refuse_conflicts(opt: Callable[[str], Any]) -> None:
 _WHY = {
     "--gpu-disable": "--gpu-disable measures nothing, so nothing can be saved, compared or chosen by it",
     "--gpu-skip": "--gpu-skip runs no test that measures anything",
+    "--gpu-only": (
+        "--gpu-only runs part of the suite: such a run is no baseline, and a gate on it passes the rest unseen"
+    ),
     "--gpu-save": "--gpu-autosave names the baseline itself",
 }
 
@@ -336,7 +340,7 @@ def _storage(value: object, saving: bool) -> str:
     it, or a URL whose scheme and library are there."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"storage = {value!r}: a folder or a URL (s3://bucket/prefix, memory://...) is expected")
-    from pytest_gpuprof.output.store import StoreError, check_url, is_url
+    from pytest_gpuprof.baselines.store import StoreError, check_url, is_url
 
     if not is_url(value):
         if saving:
@@ -351,7 +355,7 @@ def _storage(value: object, saving: bool) -> str:
 
 def _run_id(value: str | None) -> str | None:
     """``--gpu-run-id``, else the CI's run id; checked before any test runs."""
-    from pytest_gpuprof.output.storage import BaselineError, check_run_id, run_id_from_environment
+    from pytest_gpuprof.baselines.records import BaselineError, check_run_id, run_id_from_environment
 
     if value is None:
         return run_id_from_environment()
@@ -364,7 +368,7 @@ def _run_id(value: str | None) -> str | None:
 def _baseline_name(name: str | None) -> str | None:
     """``--gpu-save``'s name, checked before any test runs."""
     if name is not None:
-        from pytest_gpuprof.output.storage import BaselineError, check_name
+        from pytest_gpuprof.baselines.records import BaselineError, check_name
 
         try:
             check_name(name)

@@ -252,7 +252,8 @@ class DeviceRuntime:
         if self._machine is None:
             from pytest_gpuprof.output.report import machine_record
 
-            record = machine_record(self.device.to_dict(), self.truth)
+            clock = "virtual" if self.virtual else "real"
+            record = machine_record(self.device.to_dict(), self.truth, clock)
             self.config.hook.pytest_gpuprof_machine_info(config=self.config, machine=record)
             self._machine = record
         return dict(self._machine)

@@ -2,7 +2,7 @@
 that call it are in ``plugin``).
 
 The session wires the rooms together (docs/design.md, "Layers"): ``runtime`` (the
-backend, device, sampler and header), ``gate`` (baseline and comparison), ``wrap_up``
+backend, device, sampler and header), ``baselines.gate`` (baseline and comparison), ``wrap_up``
 (summary, files), ``windows`` (each window judged); here only what happens around each
 test: its profiler, its record, its warning or failure, its leak check, its view.
 """
@@ -20,7 +20,6 @@ from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness import items
 from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
-from pytest_gpuprof.harness.gate import Gate
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
 from pytest_gpuprof.harness.wrap_up import FILES, Outputs
@@ -29,6 +28,7 @@ from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.budget import Budget
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.baselines.gate import Gate
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
@@ -56,7 +56,8 @@ class GpuSession:
         self.config = config
         self.settings = settings  # resolved once, at start-up
         self.runtime = DeviceRuntime(config, settings, placed)
-        self.gate = Gate(settings)
+        self.gate: Gate | None = None  # the baseline a comparison reads (``load_baseline``)
+        self.first_baseline = False  # --gpu-compare on a store with nothing of this machine, in a run that saves
         self.outputs = Outputs(config, settings)
         self.results: dict[str, TestResult] = {}  # measured here
         self.tests = Outcomes()
@@ -137,11 +138,15 @@ class GpuSession:
         if result is None:
             return
         record = result.record
-        result.changes, regression = self.gate.compare(item.nodeid, record.to_dict())
-        record.comparisons = [c.to_dict() for c in result.changes]
-        record.regressions = self.gate.regression_labels(result.changes)
-        record.inert = self.gate.inert(result.changes)
-        record.gated = self.gate.gates(item.nodeid)
+        regression = None
+        if self.gate is not None:
+            comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict())
+            record.comparisons = [c.to_dict() for c in comparison.changes]
+            record.baseline = comparison.record()
+            record.regressions = comparison.labels
+            record.inert = comparison.inert
+            record.gated = comparison.gates
+            regression = comparison.failure()
         if raised is not None:
             return
         message = None
@@ -153,7 +158,7 @@ class GpuSession:
             ]
             message = "\n".join(messages) or None
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        for line in _said(self.gate, item.nodeid, result, profiler):
+        for line in _said(result, profiler):
             _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
@@ -220,7 +225,7 @@ class GpuSession:
         report.gpuprof_failed = word  # type: ignore[attr-defined]
         result = self.results.get(nodeid)
         if result is not None:
-            compare = self.gate.lines(nodeid, result.changes)
+            compare = result.comparison.lines() if result.comparison is not None else []
             report.sections.append(("gpuprof", record.section(result.record, compare, self.settings.memory_top)))
 
     def view(self, nodeid: str) -> TestView:
@@ -232,11 +237,26 @@ class GpuSession:
         kept.reruns = self.tests.reruns(nodeid)
         kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
         per_file = [f for f in FILES if f.where(self.settings) is not None]
-        return record.view(result, self.gate.lines(nodeid, result.changes), self.runtime.machine(), per_file)
+        compare = result.comparison.lines() if result.comparison is not None else []
+        return record.view(result, compare, self.runtime.machine(), per_file)
 
     def load_baseline(self) -> None:
-        if self.settings.compare is not None and self.runtime.runs_tests:
-            self.gate.load(self.runtime.machine())
+        """The baseline this run compares with (``baselines.gate``); a usage error where it
+        cannot be used."""
+        s = self.settings
+        if s.compare is None or not self.runtime.runs_tests:
+            return
+        from pytest_gpuprof.baselines.gate import Gate
+        from pytest_gpuprof.baselines.records import BaselineError
+
+        try:
+            self.gate = Gate.open(
+                s.compare, self.runtime.machine(), s.compare_fail, s.storage, s.compare_any_machine, s.save is not None
+            )
+        except BaselineError as e:
+            flag = "--gpu-compare" if s.compare_given else "--gpu-compare-fail (compared with the latest baseline)"
+            raise pytest.UsageError(f"pytest-gpuprof: {flag}: {e}") from None
+        self.first_baseline = self.gate is None
 
     # the end of the run
     def _views(self) -> dict[str, TestView]:
@@ -265,8 +285,19 @@ class GpuSession:
             self.tests.crashed,
             title=title,
             header=self.header() if late else [],
-            compared_with=f"{self.gate.path} ({self.gate.chosen})" if self.gate.path else self.settings.compare,
+            compared_with=self._compared_with(),
         )
+
+    def _compared_with(self) -> str | None:
+        """The baseline the summary names: where it is, and why it was chosen."""
+        if self.gate is not None:
+            return f"{self.gate.where} ({self.gate.chosen}{'; ' + self.gate.note if self.gate.note else ''})"
+        if self.first_baseline:
+            return (
+                f"nothing: {self.settings.storage} holds no baseline of machine {self.runtime.machine()['id']} yet; "
+                "this run saves the first, and every test is new (ungated)"
+            )
+        return None
 
     def write_outputs(self, partial: str | None, not_a_baseline: str | None = None, part: str | None = None) -> bool:
         """The run's files; ``not_a_baseline``: why ``--gpu-save`` must not store it;
@@ -291,7 +322,7 @@ def _warn(item: pytest.Item, message: str) -> bool:
     return True
 
 
-def _said(gate: Gate, nodeid: str, result: TestResult, profiler: Profiler) -> list[str]:
+def _said(result: TestResult, profiler: Profiler) -> list[str]:
     """What a test's warnings say besides a breach: limits not judged (never a failure),
     device work no window held, a baseline or a gate that cannot judge it, steps made and
     never entered or never left."""
@@ -299,11 +330,12 @@ def _said(gate: Gate, nodeid: str, result: TestResult, profiler: Profiler) -> li
     lines = [f"GPU budget not judged: {line}" for line in record.unjudged]
     if not profiler.budget.empty or record.gated:
         lines += [f"gpuprof: {line}" for line in record.outside]
-    unusable = gate.unusable(nodeid)
-    if unusable is not None:
-        lines.append(f"gpuprof: baseline {unusable}")
-    inert = gate.inert_causes(result.changes)
-    lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in inert.items()]
+    comparison = result.comparison
+    if comparison is not None:
+        if comparison.why_not is not None:
+            lines.append(f"gpuprof: baseline {comparison.why_not}")
+        causes = comparison.inert_causes.items()
+        lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in causes]
     return lines + [f"gpuprof: {line}" for line in profiler.problems()]
 
 

@@ -218,8 +218,8 @@ class Outputs:
         if refused:
             self.written.append(f"gpuprof: no baseline saved: {refused}")
             return True
-        from pytest_gpuprof.output.storage import BaselineError
-        from pytest_gpuprof.output.store import Store
+        from pytest_gpuprof.baselines.records import BaselineError
+        from pytest_gpuprof.baselines.store import Store
 
         try:
             saved = Store(self.settings.storage).save(report, name, self.settings.run_id, check=checked)

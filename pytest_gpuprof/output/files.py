@@ -16,13 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# a partial file's name: ``TMP_PREFIX`` + random + ``.tmp``, in the folder of its target
+TMP_PREFIX = ".gpuprof."
+
 
 @contextlib.contextmanager
 def written(folder: Path, text: str) -> Iterator[Path]:
     """``text`` in a temporary file of ``folder``, on disk; removed when the block ends
     unless the block renamed it."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=".gpuprof.", suffix=".tmp", dir=folder)
+    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".tmp", dir=folder)
     tmp = Path(name)
     try:
         umask = os.umask(0)  # mkstemp makes the file private; these are ordinary files

@@ -73,6 +73,7 @@ class GpuRecord:
     # the comparison with the baseline: each change's record, the gating metrics that
     # regressed, the gating expressions that could not fail; whether a gate applied
     comparisons: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, Any] | None = None  # which baseline record: name, created, commit, key, pooled
     regressions: list[str] = field(default_factory=list)
     inert: list[str] = field(default_factory=list)
     gated: bool = False
@@ -141,6 +142,8 @@ class GpuRecord:
             out["waited_for"] = self.waited_for
         if self.checks:
             out["checks"] = [c.to_dict() for c in self.checks]
+        if self.baseline is not None:
+            out["baseline"] = self.baseline
         if self.comparisons:
             out["comparisons"] = self.comparisons
         if self.outside:
@@ -151,13 +154,16 @@ class GpuRecord:
 
 
 def machine_id(machine: dict[str, Any]) -> str:
-    """A stable id for the measuring setup: GPU model, driver, PCIe link and backend."""
+    """A stable id for the measuring setup: GPU model, driver, PCIe link and backend, and
+    the host backend's virtual clock (whose figures no real-time run shares)."""
     key = "|".join(str(machine.get(k, "")) for k in ("gpu", "driver", "pcie", "backend"))
+    if machine.get("clock") == "virtual":
+        key += "|virtual"
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{machine.get('backend', 'host')}-{digest}"
 
 
-def machine_record(device: dict[str, Any], truth: str) -> dict[str, Any]:
+def machine_record(device: dict[str, Any], truth: str, clock: str = "real") -> dict[str, Any]:
     machine = {
         "gpu": device.get("name", ""),
         "driver": device.get("driver", ""),
@@ -165,6 +171,7 @@ def machine_record(device: dict[str, Any], truth: str) -> dict[str, Any]:
         "backend": device.get("backend", "host"),
         "truth": truth,
         "host": platform.node(),
+        "clock": clock,
     }
     return {"id": machine_id(machine), **machine}
 

@@ -110,6 +110,21 @@ def _test() -> dict[str, Any]:
             "waited_ms": {"type": "number", "minimum": 0},
             "checks": {"type": "array", "items": {"type": "object", "required": ["breaches", "expected"]}},
             "comparisons": {"type": "array", "items": {"type": "object"}},
+            # which baseline record the test was compared with
+            "baseline": {
+                "type": "object",
+                "required": ["key", "name", "created", "commit", "branch", "pooled", "status"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "name": {"type": "string"},
+                    "created": {"type": "string"},
+                    "commit": {"type": "string"},
+                    "branch": {"type": "string"},
+                    "pooled": {"type": "integer", "minimum": 1},
+                    "status": {"enum": ["compared", "new", "not compared"]},
+                    "why_not": {"type": "string"},
+                },
+            },
             "xfail": {"type": "boolean"},
         },
         "if": {"required": ["crashed"]},
@@ -135,6 +150,7 @@ def report_schema() -> dict[str, Any]:
                 "properties": {
                     "id": {"type": "string", "minLength": 1},
                     "backend": {"enum": ["cuda", "host"]},
+                    "clock": {"enum": ["real", "virtual"]},
                     "devices": {"type": "array", "items": {"type": "integer", "minimum": 0}},
                 },
             },

@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.output.report import GpuRecord
-    from pytest_gpuprof.verdict.compare import Change
+    from pytest_gpuprof.verdict.compare import Comparison
 
 
 @dataclass
 class TestResult:
     """A measured test in this process: its record, the timeline of its primary window
-    (the first breaching one, else the last), and its changes against the baseline."""
+    (the first breaching one, else the last), and its comparison with the baseline."""
 
     __test__ = False  # not a pytest test class
 
     record: GpuRecord
     timeline: Timeline | None
-    changes: list[Change] = field(default_factory=list)
+    comparison: Comparison | None = None  # None: no baseline compared with
     primary: int = 0  # the index of the window it is reported by
 
 

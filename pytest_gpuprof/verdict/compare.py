@@ -377,3 +377,86 @@ def inert_gates(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[
     """The gating expressions that could not fail this test, each once."""
     gates = {t.text for t in gating}
     return sorted({c.threshold.text for c in changes if c.inert and c.threshold.text in gates})
+
+
+Status = Literal["compared", "new", "not compared"]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One test against its baseline, made once (``baselines.gate``) and read by every
+    output: the terminal, the JSON (``baseline``, ``comparisons``), JUnit, the step summary
+    and the HTML page.
+
+    ``baseline`` names the record the test was compared with (``name``, ``created``,
+    ``commit``, ``branch``, ``key``, ``pooled``); ``why_not`` says why a test with a
+    baseline entry was not compared (a damaged field, named)."""
+
+    nodeid: str
+    status: Status
+    changes: tuple[Change, ...] = ()
+    gating: tuple[Threshold, ...] = ()
+    baseline: Mapping[str, Any] | None = None
+    note: str | None = None
+    why_not: str | None = None
+
+    @property
+    def regressed(self) -> list[Change]:
+        """The changes that fail the test: clear regressions of a gating expression."""
+        return regressions(self.changes, self.gating)
+
+    @property
+    def labels(self) -> list[str]:
+        """What the verdict calls each change that fails the test (a kernel by its short name)."""
+        names = kernel_names(self.regressed)
+        return [c.label(names) for c in self.regressed]
+
+    @property
+    def gates(self) -> bool:
+        """Whether a gating expression judged this test."""
+        return bool(self.gating) and self.status == "compared"
+
+    @property
+    def inert(self) -> list[str]:
+        return inert_gates(self.changes, self.gating)
+
+    @property
+    def inert_causes(self) -> dict[str, str]:
+        return inert_causes(self.changes, self.gating)
+
+    @property
+    def source(self) -> str:
+        """Where the baseline entry came from, as a line names it."""
+        if self.baseline is None:
+            return ""
+        pooled = int(self.baseline.get("pooled") or 1)
+        key = str(self.baseline.get("key", ""))
+        return f"{key} (pooled over {pooled} runs)" if pooled > 1 else key
+
+    def lines(self) -> list[str]:
+        """The test's lines in the summary's comparison block."""
+        if self.status == "new":
+            return [f"{self.nodeid}: {NEW}"]
+        if self.status == "not compared":
+            return [f"{self.nodeid}: not compared: {self.why_not}"]
+        return change_lines(self.nodeid, self.changes, self.note, self.gating)
+
+    def failure(self) -> str | None:
+        """The test's failure message, where it clearly regressed under a gating expression."""
+        regressed = self.regressed
+        if not regressed:
+            return None
+        names = kernel_names(regressed)
+        return "\n".join(
+            [
+                f"GPU regression against baseline {self.source}:",
+                *([f"  note: {self.note}"] if self.note else []),
+                *(f"  {c.describe(names)}" for c in regressed),
+            ]
+        )
+
+    def record(self) -> dict[str, Any] | None:
+        """Which baseline record the test was compared with, for the JSON report."""
+        if self.baseline is None:
+            return None
+        return {**self.baseline, "status": self.status, **({"why_not": self.why_not} if self.why_not else {})}

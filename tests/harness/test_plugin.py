@@ -192,7 +192,7 @@ def test_loading_the_plugin_imports_no_numerical_or_gpu_library():
 
     # the plugin, and the baseline store that a runner's save and the gpuprof command load
     probe = (
-        "import sys, pytest_gpuprof.plugin, pytest_gpuprof.output.store; "
+        "import sys, pytest_gpuprof.plugin, pytest_gpuprof.baselines.store; "
         "print([m for m in ('numpy', 'cupy', 'cupti', 'pynvml') if m in sys.modules])"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from pytest_gpuprof.baselines.records import load
+from pytest_gpuprof.baselines.store import Store
 from pytest_gpuprof.output import schema
-from pytest_gpuprof.output.storage import load
-from pytest_gpuprof.output.store import Store
 
 DATA = Path(__file__).parents[1] / "data"
 

@@ -387,7 +387,7 @@ def test_a_page_of_two_thousand_tests_loads_sorts_and_filters(tmp_path):
 @needs_chromium
 def test_the_history_page_draws_the_band_the_medians_and_the_change_point(tmp_path):
     from pytest_gpuprof.analysis.changepoints import change_points
-    from pytest_gpuprof.output.history import Run, Series, page
+    from pytest_gpuprof.baselines.history import Run, Series, page
 
     medians = [20.0, 20.1, 19.9, 22.0, 22.1, 21.9]
     runs = tuple(

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuprof import cli
-from pytest_gpuprof.output import storage
-from pytest_gpuprof.output.store import Store
+from pytest_gpuprof.baselines import records as storage
+from pytest_gpuprof.baselines.store import Store
 from pytest_gpuprof.verdict.compare import (
     CompareError,
     assess,

@@ -112,7 +112,7 @@ def test_history_marks_a_ten_percent_step_at_the_fourth_run_and_only_it(pytester
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("kernel_ms  (6 runs, 1 change point(s))")
     changed = [line for line in lines[1:] if "<- change" in line]
-    assert len(changed) == 1 and changed[0].lstrip().startswith("0004_run3") and "+10.0%" in changed[0]
+    assert len(changed) == 1 and changed[0].lstrip().startswith("run3 ") and "+10.0%" in changed[0]
 
 
 def test_history_of_equal_runs_has_no_change_point_and_writes_a_page(pytester, monkeypatch, capsys, tmp_path):

@@ -1,5 +1,5 @@
 """What makes a report usable as a baseline: its name, its checks when read, whether it
-was an accepted run. Where baselines are kept is ``output.store``."""
+was an accepted run. Where baselines are kept is ``baselines.store``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from pytest_gpuprof.output.schema import SCHEMA
 
 class BaselineError(ValueError):
     """A baseline that cannot be used, with the file and the reason."""
+
+
+class NewerSchema(BaselineError):
+    """A report of a newer pytest-gpuprof: not damaged, only not readable by this one."""
 
 
 def check_name(name: str) -> None:
@@ -62,15 +66,23 @@ def load(path: Path | str, strict: bool = False) -> dict[str, Any]:
             import fsspec
 
             with fsspec.open(str(path), "rb") as f:
-                text = f.read().decode("utf-8", errors="replace")
+                data = f.read()
         except Exception as e:  # the storage library's own errors
-            raise BaselineError(f"{shown(str(path))}: cannot read: {type(e).__name__}: {e}") from None
-        return parse(text, shown(str(path)), strict)
+            raise BaselineError(f"{shown(str(path))}: cannot read: {type(e).__name__}: {clean(str(e))}") from None
+        return parse(decoded(data, shown(str(path))), shown(str(path)), strict)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise BaselineError(f"{path}: cannot read: {e.strerror}") from None
-    return parse(text, str(path), strict)
+    return parse(decoded(data, str(path)), str(path), strict)
+
+
+def decoded(data: bytes, path: str) -> str:
+    """A report's bytes as text: JSON is UTF-8, and anything else is named, not guessed."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BaselineError(f"{path}: not UTF-8 text (byte {e.start}): not a gpuprof report") from None
 
 
 def parse(text: str, path: str, strict: bool = False) -> dict[str, Any]:
@@ -79,13 +91,17 @@ def parse(text: str, path: str, strict: bool = False) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise BaselineError(f"{path}: corrupt or truncated JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise BaselineError(f"{path}: JSON nested too deep to be a gpuprof report") from None
+    except ValueError as e:  # an integer past Python's limit on the digits it converts
+        raise BaselineError(f"{path}: not a gpuprof report ({clean(str(e))[:120]})") from None
     if not isinstance(data, dict):
         raise BaselineError(f"{path}: not a gpuprof report (top level is {type(data).__name__})")
     schema = data.get("schema")
     if not isinstance(schema, int):
         raise BaselineError(f"{path}: not a gpuprof report (no schema number)")
     if schema > SCHEMA:
-        raise BaselineError(f"{path}: schema {schema} is newer than this pytest-gpuprof reads ({SCHEMA}); upgrade it")
+        raise NewerSchema(f"{path}: schema {schema} is newer than this pytest-gpuprof reads ({SCHEMA}); upgrade it")
     machine, tests = data.get("machine"), data.get("tests")
     if not isinstance(machine, dict) or not isinstance(machine.get("id"), str):
         raise BaselineError(f"{path}: no machine id")
@@ -118,6 +134,12 @@ def entry_problem(test: dict[str, Any]) -> str | None:
         problem = _figures_problem(figures, f"metrics.steps.{step}", descriptors.names("step"))
         if problem is not None:
             return problem
+    totals = metrics.get("kernel_totals", {})
+    if not isinstance(totals, dict):
+        return f"metrics.kernel_totals: a table of each kernel's milliseconds is expected, not {_kind(totals)}"
+    for kernel, ms in totals.items():
+        if not _figure(ms):
+            return f"metrics.kernel_totals.{clean(kernel)[:80]}: a number is expected, not {_kind(ms)}"
     rounds = test.get("rounds", {})
     if not isinstance(rounds, dict):
         return f"rounds: a table is expected, not {_kind(rounds)}"
@@ -147,11 +169,31 @@ def _figure(value: object) -> bool:
     """A measured number (finite, not a bool) or null."""
     if value is None:
         return True
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer no float can hold: 400 digits of it
+        return False
 
 
 def _kind(value: object) -> str:
-    return "null" if value is None else repr(value) if isinstance(value, str) else type(value).__name__
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return clean(repr(value[:80]))
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**300:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return type(value).__name__
+
+
+def clean(text: str) -> str:
+    """``text`` read from a report or a store, as a terminal may print it: control
+    characters (an escape sequence that would move the cursor or recolour the screen) and
+    lone surrogates shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def test_another_machines_baseline_is_refused_unless_asked(suite):
     result = suite.runpytest(f"--gpu-compare={other}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*h200.json was measured on machine cuda-0123456789 (NVIDIA H200*Pass --gpu-compare-any-machine*"]
+        ["*h200.json was measured on machine cuda-0123456789 (gpu NVIDIA H200*Pass --gpu-compare-any-machine*"]
     )
     result = suite.runpytest(f"--gpu-compare={other}", "--gpu-compare-any-machine")
     result.assert_outcomes(passed=2)
@@ -290,8 +290,8 @@ def test_a_run_with_a_collection_error_saves_no_baseline(pytester):
 def test_reports_and_baselines_share_one_file_mode(tmp_path):
     import stat
 
+    from pytest_gpuprof.baselines.store import Store
     from pytest_gpuprof.output.files import write_json
-    from pytest_gpuprof.output.store import Store
 
     report = {"schema": 1, "machine": {"id": "host-0123456789"}, "tests": []}
     write_json(tmp_path / "r.json", report)

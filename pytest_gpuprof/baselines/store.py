@@ -24,14 +24,28 @@ import json
 import os
 import re
 import secrets
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pytest_gpuprof.output.files import json_text, written
-from pytest_gpuprof.output.reference import Reference
-from pytest_gpuprof.output.storage import BaselineError, check_name, entry_problem, not_accepted, parse, shown
+from pytest_gpuprof.baselines.records import (
+    BaselineError,
+    NewerSchema,
+    check_name,
+    clean,
+    decoded,
+    entry_problem,
+    not_accepted,
+    parse,
+    shown,
+)
+from pytest_gpuprof.baselines.reference import Reference
+from pytest_gpuprof.output.files import TMP_PREFIX, json_text, written
+
+T = TypeVar("T")
 
 # the default metrics of ``gpuprof history``, kept in each summary
 SUMMARY_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -46,6 +60,23 @@ _RECORD = re.compile(
 )
 # an unreachable endpoint fails in seconds, not botocore's minute a try
 S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
+# beyond botocore's attempts, a call's own margin (its event loop, DNS, the TLS handshake)
+DEADLINE_MARGIN_S = 5.0
+# a partial file of a save or a pack older than this was left by a writer that died
+STALE_TMP_S = 15 * 60
+
+
+def deadline_s(options: dict[str, Any]) -> float | None:
+    """How long one call to a store may take, from its timeouts: every attempt's connect
+    and read timeouts, and a margin. ``None``: a store that never waits on a network."""
+    config = options.get("config_kwargs")
+    if config is None:
+        return None
+    retries = config.get("retries") or {}
+    attempts = retries.get("total_max_attempts") or retries.get("max_attempts") or 1
+    return int(attempts) * (float(config.get("connect_timeout", 60)) + float(config.get("read_timeout", 60))) + (
+        DEADLINE_MARGIN_S
+    )
 
 
 def _options(scheme: str) -> dict[str, Any]:
@@ -73,6 +104,38 @@ _LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
 
 class StoreError(BaselineError):
     """A store that cannot be reached, read or written: the URL (credentials left out) and what failed."""
+
+
+class NoBaseline(BaselineError):
+    """No baseline to compare with; ``empty``: the store holds nothing at all of this machine."""
+
+    def __init__(self, message: str, empty: bool = False) -> None:
+        super().__init__(message)
+        self.empty = empty
+
+
+def _within(deadline: float | None, call: Callable[[], T]) -> T:
+    """``call()``, or a ``TimeoutError`` once ``deadline`` seconds passed: a storage library
+    that stalls (an endpoint that accepts and never answers) is left to finish in a daemon
+    thread, which holds no lock of ours."""
+    if deadline is None:
+        return call()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=run, name="gpuprof-store", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        raise TimeoutError(f"no answer within {deadline:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def is_url(value: str) -> bool:
@@ -113,6 +176,7 @@ class Summary:
     refused: str | None = None  # why no comparison may pick it (``not_accepted``)
     tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # nodeid: metric: samples
     problems: dict[str, str] = field(default_factory=dict)  # nodeid: why its entry is unusable
+    damaged: str | None = None  # why the record cannot be read at all (``prune`` removes it)
 
     def order(self) -> tuple[str, str]:
         return (self.created, self.key)
@@ -121,12 +185,21 @@ class Summary:
         return {k: getattr(self, k) for k in self.__slots__}
 
     @classmethod
+    def of_damaged(cls, key: str, why: str) -> Summary:
+        """A record that cannot be read: named and dated by its key, never a baseline."""
+        file = key.rsplit("/", 1)[-1]
+        match = _RECORD.match(file)
+        created = ""
+        if match:
+            with contextlib.suppress(ValueError):
+                created = dt.datetime.strptime(match["stamp"], "%Y%m%dT%H%M%S.%fZ").isoformat() + "+00:00"
+        return cls(key, _name_of(file), created, match["run"] if match else "", refused=why, damaged=why)
+
+    @classmethod
     def of(cls, key: str, record: dict[str, Any]) -> Summary:
         from pytest_gpuprof.verdict.samples import samples_of
 
-        file = key.rsplit("/", 1)[-1]
-        match = _RECORD.match(file) or _LEGACY.match(file)
-        name = match["name"] if match and "name" in match.groupdict() else (match[2] if match else file)
+        name = _name_of(key.rsplit("/", 1)[-1])
         tests: dict[str, dict[str, list[float]]] = {}
         problems = {}
         for t in record["tests"]:
@@ -134,13 +207,14 @@ class Summary:
             if problem is not None:
                 problems[t["nodeid"]] = problem
             tests[t["nodeid"]] = {} if problem else {m: v for m in SUMMARY_METRICS if (v := samples_of(t, m))}
+        created = record.get("created", "")
         return cls(
             key=key,
             name=name,
-            created=str(record.get("created", "")),
-            run_id=str(record.get("run_id", "")),
-            commit=str(record.get("commit", "")),
-            branch=str(record.get("branch", "")),
+            created=created if isinstance(created, str) else "",
+            run_id=clean(str(record.get("run_id", ""))),
+            commit=clean(str(record.get("commit", ""))),
+            branch=clean(str(record.get("branch", ""))),
             refused=not_accepted(record),
             tests=tests,
             problems=problems,
@@ -148,7 +222,11 @@ class Summary:
 
 
 class Store:
-    """The baselines at one URL: saved, listed, summarised, read, pruned."""
+    """The baselines at one URL: saved, listed, summarised, read, pruned.
+
+    Every call to the storage library ends within ``deadline`` seconds (from the store's
+    timeouts, ``deadline_s``), or fails with one line naming the URL and what did not
+    answer: a store that did not answer is never read as an empty one."""
 
     def __init__(self, url: str | Path) -> None:
         self.url = str(url)
@@ -156,10 +234,18 @@ class Store:
         import fsspec
 
         scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
+        options = _options(scheme)
+        self.deadline = deadline_s(options)
         with self._failing("open"):
-            self.fs, root = fsspec.core.url_to_fs(self.url, **_options(scheme))
+            self.fs, root = fsspec.core.url_to_fs(self.url, **options)
         self.root = root.rstrip("/")
+        if scheme == "s3":
+            # s3fs retries a timed-out call itself, five times over botocore's own attempts:
+            # the attempts are botocore's alone, so a stalled endpoint costs what the timeouts say
+            self.fs.retries = 1
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        # the records this store's readers skipped because they cannot be read: key, why
+        self.damaged: dict[str, str] = {}
 
     # --- where things are
 
@@ -169,6 +255,11 @@ class Store:
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """One call to the storage library, bounded by the deadline, its failure one line."""
+        with self._failing(what):
+            return _within(self.deadline, call)
 
     @contextlib.contextmanager
     def _failing(self, what: str) -> Iterator[None]:
@@ -181,6 +272,11 @@ class Store:
             raise StoreError(f"{shown(self.url)}: {what}: not found ({_reason(e)})") from None
         except PermissionError as e:
             raise StoreError(f"{shown(self.url)}: {what}: access denied ({_reason(e)})") from None
+        except TimeoutError as e:
+            raise StoreError(
+                f"{shown(self.url)}: {what}: the store did not answer ({_reason(e)}; its timeouts: "
+                f"{_timeouts(self.fs)})"
+            ) from None
         except Exception as e:  # the libraries' own errors (botocore, aiohttp, gcsfs ...)
             raise StoreError(f"{shown(self.url)}: {what}: {type(e).__name__}: {_reason(e)}") from None
 
@@ -194,26 +290,45 @@ class Store:
         check: Callable[[dict[str, Any], str], None] | None = None,
     ) -> str:
         """``report`` as one new record named ``name``; its location. ``check``: a last
-        look at the record before it is stored (the suite's schema check)."""
+        look at the record before it is stored (the suite's schema check). The partial
+        files of saves that died on the way are cleared."""
         check_name(name)
         run = run_id or secrets.token_hex(6)
         created = report.get("created") or dt.datetime.now(dt.timezone.utc).isoformat()
         record = {**report, "name": name, "run_id": run}
         if check is not None:
             check(record, "baseline")
-        key = f"{report['machine']['id']}/{name}@{_stamp(created)}@{run}@{secrets.token_hex(4)}.json"
+        machine = report["machine"]["id"]
+        key = f"{machine}/{name}@{_stamp(created)}@{run}@{secrets.token_hex(4)}.json"
         self._put(key, json_text(record))
+        self.clear_partial(machine)
         return self.where(key)
 
     def _put(self, key: str, text: str) -> None:
         """One object, whole or not at all: a local file by rename, an object store's PUT."""
-        with self._failing(f"write {key}"):
-            if self.local:
+        if self.local:
+            with self._failing(f"write {key}"):
                 target = Path(self._path(key))
                 with written(target.parent, text) as tmp:
                     os.replace(tmp, target)
-            else:
-                self.fs.pipe_file(self._path(key), text.encode())
+            return
+        self._call(f"write {key}", lambda: self.fs.pipe_file(self._path(key), text.encode()))
+
+    def clear_partial(self, machine: str, older_than_s: float = STALE_TMP_S) -> list[str]:
+        """Remove the partial files that writers killed mid-save left in a local store's
+        machine folder (an object store's PUT leaves none); the names removed."""
+        if not self.local:
+            return []
+        folders = [Path(self._path(machine)), Path(self._path(f"{machine}/{INDEX}"))]
+        now, removed = time.time(), []
+        for folder in folders:
+            with contextlib.suppress(OSError):
+                for tmp in folder.glob(f"{TMP_PREFIX}*.tmp"):
+                    with contextlib.suppress(OSError):
+                        if now - tmp.lstat().st_mtime > older_than_s:
+                            tmp.unlink()
+                            removed.append(tmp.name)
+        return removed
 
     # --- reading
 
@@ -221,10 +336,14 @@ class Store:
         """The objects below ``prefix``. A folder that is not there holds none; an object
         store's listing is asked as it is, so that a missing bucket or an endpoint that does
         not answer is an error, not an empty store."""
-        self.fs.invalidate_cache()  # another runner may have saved since
-        if self.local and not self.fs.isdir(prefix):
-            return []
-        return [str(p) for p in self.fs.find(prefix, maxdepth=maxdepth)]
+
+        def find() -> list[str]:
+            self.fs.invalidate_cache()  # another runner may have saved since
+            if self.local and not self.fs.isdir(prefix):
+                return []
+            return [str(p) for p in self.fs.find(prefix, maxdepth=maxdepth)]
+
+        return _within(self.deadline, find)
 
     def machines(self) -> list[str]:
         with self._failing("list"):
@@ -237,13 +356,16 @@ class Store:
         if self.local and not self.fs.isdir(self.root):
             raise BaselineError(f"--storage {self.url}: no such folder (baselines are saved with --gpu-save)")
         if wanted is not None:  # is its prefix there: a fleet's other machines are not listed
-            with self._failing(f"look for {wanted}/"):
+
+            def exists() -> bool:
                 self.fs.invalidate_cache()
-                there = self.fs.exists(self._path(wanted))
-            if not there:
+                return bool(self.fs.exists(self._path(wanted)))
+
+            if not self._call(f"look for {wanted}/", exists):
                 stored = self.machines()
-                raise BaselineError(
-                    f"no baselines of machine {wanted} under {shown(self.url)}; stored: {stored or 'none'}"
+                raise NoBaseline(
+                    f"no baselines of machine {wanted} under {shown(self.url)}; stored: {stored or 'none'}",
+                    empty=True,
                 )
             return wanted
         machines = self.machines()
@@ -260,46 +382,68 @@ class Store:
         return sorted(f"{machine}/{p[len(prefix) + 1 :]}" for p in found if p.endswith(".json"))
 
     def read(self, key: str) -> dict[str, Any]:
-        """One record, checked (``storage.parse``)."""
-        with self._failing(f"read {key}"):
-            text = self.fs.cat_file(self._path(key)).decode("utf-8", errors="replace")
-        return parse(text, self.where(key))
+        """One record, checked (``records.parse``)."""
+        data = self._call(f"read {key}", lambda: self.fs.cat_file(self._path(key)))
+        return parse(decoded(data, self.where(key)), self.where(key))
 
     def read_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """Many records at once, each checked: one round of requests, not one a record."""
         return {key: parse(text, self.where(key)) for key, text in self._texts(keys).items()}
 
-    def _texts(self, keys: list[str]) -> dict[str, str]:
-        """Many objects at once (concurrently where the library can)."""
+    def _texts(self, keys: list[str], gone_ok: bool = False) -> dict[str, str]:
+        """Many objects at once (concurrently where the library can); ``gone_ok``: an object
+        removed since it was listed (a pack another reader replaced, a pruned record) is
+        left out instead of failing the read."""
         if not keys:
             return {}
-        with self._failing(f"read {len(keys)} record(s)"):
-            got = self.fs.cat([self._path(k) for k in keys], on_error="return")
+        paths = [self._path(k) for k in keys]
+        got = self._call(f"read {len(keys)} record(s)", lambda: self.fs.cat(paths, on_error="return"))
         out = {}
         for key in keys:
-            value = got.get(self._path(key))
-            if isinstance(value, BaseException):
-                raise StoreError(f"{self.where(key)}: cannot read: {_reason(value)}")
-            out[key] = value.decode("utf-8", errors="replace")
+            value = got.get(self._path(key)) if isinstance(got, dict) else None
+            if isinstance(value, FileNotFoundError) and gone_ok:
+                continue
+            if isinstance(value, BaseException) or value is None:
+                why = _reason(value) if isinstance(value, BaseException) else "no answer for it"
+                raise StoreError(f"{self.where(key)}: cannot read: {why}")
+            try:
+                out[key] = decoded(value, self.where(key))
+            except BaselineError as e:
+                if not gone_ok:
+                    raise
+                self.damaged[key] = str(e)
         return out
 
     def summaries(self, machine: str) -> list[Summary]:
         """Every record of ``machine``, oldest first: from the packs, and the records saved
-        since read (and then packed, where there are many of them and the store is writable)."""
+        since read (and then packed, where there are many of them and the store is
+        writable). A record that cannot be read is summarised as damaged (``damaged``
+        names it; a comparison never picks it, ``prune`` removes it); one of a newer
+        pytest-gpuprof is left out, untouched."""
         keys = self._listing(machine)
         packs = [k for k in keys if k.startswith(f"{machine}/{INDEX}/")]
         records = {k for k in keys if k not in packs and _is_record(k)}
         known: dict[str, Summary] = {}
-        for text in self._texts(packs).values():
+        for text in self._texts(packs, gone_ok=True).values():  # a pack replaced since listing: a cache gone
             try:
                 for entry in json.loads(text)["summaries"]:
                     known[entry["key"]] = Summary(**entry)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue  # a torn or foreign pack is only a cache: its records are read again
         known = {k: s for k, s in known.items() if k in records}  # pruned ones dropped
         loose = sorted(records - set(known))
-        for key, text in self._texts(loose).items():
-            known[key] = Summary.of(key, parse(text, self.where(key)))
+        texts = self._texts(loose, gone_ok=True)
+        for key in loose:
+            if key in texts:
+                try:
+                    known[key] = Summary.of(key, parse(texts[key], self.where(key)))
+                except NewerSchema:
+                    continue
+                except BaselineError as e:
+                    known[key] = Summary.of_damaged(key, str(e))
+            elif key in self.damaged:  # not text at all
+                known[key] = Summary.of_damaged(key, self.damaged[key])
+        self.damaged.update({s.key: s.damaged for s in known.values() if s.damaged})
         if len(loose) >= PACK_AT:
             self._pack(machine, known.values(), packs)
         return sorted(known.values(), key=Summary.order)
@@ -313,7 +457,7 @@ class Store:
             self._put(f"{machine}/{INDEX}/{stamp}@{secrets.token_hex(4)}.json", text)
             for key in old:
                 with contextlib.suppress(Exception):
-                    self.fs.rm_file(self._path(key))
+                    self._call(f"remove {key}", lambda key=key: self.fs.rm_file(self._path(key)))  # type: ignore[misc]
         except StoreError:
             return
 
@@ -324,11 +468,18 @@ class Store:
         where given) that holds it, or its ``pooled`` newest ones."""
         everything = self.summaries(machine)
         what = f"named {wanted!r} " if wanted else ""
-        candidates = [s for s in everything if wanted is None or s.name == wanted]
+        candidates = [s for s in everything if (wanted is None or s.name == wanted) and not s.damaged]
         if not candidates:
-            others = self.machines()
-            hint = f"; baselines exist for machine ids {', '.join(others)}" if others else ""
-            raise BaselineError(f"no baseline {what}for machine {machine} under {shown(self.url)}{hint}")
+            others = [m for m in self.machines() if m != machine]
+            hint = ""
+            if others:
+                hint = (
+                    f"; baselines exist for machine ids {', '.join(others)} (--gpu-compare-any-machine compares "
+                    "with the newest of them)"
+                )
+            raise NoBaseline(
+                f"no baseline {what}for machine {machine} under {shown(self.url)}{hint}", empty=not everything
+            )
         passed_over: list[str] = []
         accepted = []
         for s in reversed(candidates):
@@ -337,7 +488,7 @@ class Store:
             elif not accepted:
                 passed_over.append(f"{s.key.rsplit('/', 1)[-1]} ({s.refused})")
         if not accepted:
-            raise BaselineError(
+            raise NoBaseline(
                 f"no accepted baseline {what}for machine {machine} under {shown(self.url)}: {'; '.join(passed_over)}"
             )
         newest = accepted[0]
@@ -351,25 +502,58 @@ class Store:
             why += f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}"
         return Reference(self, tuple(accepted), pooled, self.where(newest.key), why, newest)
 
+    def reference_any_machine(self, wanted: str | None, pooled: int = 1) -> Reference:
+        """``reference`` on the machine whose newest accepted baseline (of ``wanted``'s name)
+        is the newest of the store's: after a driver update, the machine id changes."""
+        best: tuple[str, str] | None = None
+        for machine in self.machines():
+            for s in self.summaries(machine):
+                if s.refused is None and (wanted is None or s.name == wanted) and (best is None or s.created > best[0]):
+                    best = (s.created, machine)
+        if best is None:
+            what = f"named {wanted!r} " if wanted else ""
+            raise NoBaseline(f"no accepted baseline {what}of any machine under {shown(self.url)}")
+        return self.reference(best[1], wanted, pooled)
+
     def prune(self, machine: str, keep: int, name: str | None = None) -> list[str]:
         """Remove each name's records beyond its ``keep`` newest runs (a run's shards are one
-        run); the keys removed. The summaries of what remains are packed again first, so
-        no pack names a removed record."""
+        run), and every damaged record; the keys removed. The summaries of what remains are
+        packed again first, so no pack names a removed record. The partial files of writers
+        that died are cleared."""
         summaries = self.summaries(machine)
-        removed = []
+        removed = [s.key for s in summaries if s.damaged and (name is None or s.name == name)]
         for each in sorted({s.name for s in summaries if name is None or s.name == name}):
             runs: dict[str, list[Summary]] = {}
-            for s in reversed([s for s in summaries if s.name == each]):  # newest first
+            for s in reversed([s for s in summaries if s.name == each and not s.damaged]):  # newest first
                 runs.setdefault(s.run_id or s.key, []).append(s)
             removed += [s.key for old in list(runs.values())[keep:] for s in old]
+        self.clear_partial(machine)
         if not removed:
             return []
         kept = [s for s in summaries if s.key not in set(removed)]
         packs = [k for k in self._listing(machine) if k.startswith(f"{machine}/{INDEX}/")]
         self._pack(machine, kept, packs)
-        with self._failing(f"remove {len(removed)} record(s)"):
-            self.fs.rm([self._path(k) for k in removed])
+        self._call(f"remove {len(removed)} record(s)", lambda: self.fs.rm([self._path(k) for k in removed]))
         return removed
+
+
+def _timeouts(fs: Any) -> str:
+    config = getattr(fs, "config_kwargs", None) or {}
+    retries = config.get("retries") or {}
+    attempts = retries.get("total_max_attempts") or retries.get("max_attempts") or 1
+    return (
+        f"connect {config.get('connect_timeout', '?')} s, read {config.get('read_timeout', '?')} s, "
+        f"{attempts} attempt(s)"
+    )
+
+
+def _name_of(file: str) -> str:
+    """A record's name from its file name (``NAME@...`` or a legacy ``NNNN_NAME.json``)."""
+    match = _RECORD.match(file)
+    if match:
+        return match["name"]
+    legacy = _LEGACY.match(file)
+    return legacy[2] if legacy else file
 
 
 def _is_record(key: str) -> bool:

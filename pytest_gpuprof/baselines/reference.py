@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Held", "Records", "Reference", "pool", "test_of"]
+__all__ = ["Held", "Records", "Reference", "Source", "pool", "test_of"]
 
 
 class Records(Protocol):
@@ -25,7 +25,33 @@ class Held(Protocol):
     def key(self) -> str: ...
 
     @property
+    def name(self) -> str: ...
+
+    @property
     def tests(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Which baseline record a test's entry came from: the JSON's ``baseline``."""
+
+    where: str
+    name: str
+    created: str
+    commit: str
+    branch: str
+    pooled: int
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return {
+            "key": self.where,
+            "name": self.name,
+            "created": self.created,
+            "commit": self.commit,
+            "branch": self.branch,
+            "pooled": self.pooled,
+        }
 
 
 @dataclass
@@ -49,12 +75,14 @@ class Reference:
         return ref
 
     @property
-    def first(self) -> dict[str, Any]:
+    def newest_record(self) -> dict[str, Any]:
         """The newest record (whose machine a comparison checks)."""
         if self.store is None:
             return self._records[self.where]
         assert self.newest is not None
         return self._record(self.newest.key)
+
+    first = newest_record
 
     def _record(self, key: str) -> dict[str, Any]:
         if key not in self._records:
@@ -62,20 +90,31 @@ class Reference:
             self._records[key] = self.store.read(key)
         return self._records[key]
 
-    def entry(self, nodeid: str) -> tuple[dict[str, Any], str, int] | None:
-        """The test's entry, where it came from, and how many baselines it pools; ``None``
-        for a test no accepted baseline holds."""
+    def _source(self, record: dict[str, Any], where: str, name: str, pooled: int) -> Source:
+        from pytest_gpuprof.baselines.records import clean
+
+        def text(key: str) -> str:
+            return clean(str(record.get(key) or ""))
+
+        return Source(where, clean(name), text("created"), text("commit"), text("branch"), pooled)
+
+    def entry(self, nodeid: str) -> tuple[dict[str, Any], Source] | None:
+        """The test's entry and which record it came from (how many runs it pools);
+        ``None`` for a test no accepted baseline holds."""
         if self.store is None:
-            test = test_of(self._records[self.where], nodeid)
-            return None if test is None else (test, self.where, 1)
+            report = self._records[self.where]
+            test = test_of(report, nodeid)
+            name = str(report.get("name") or self.where)
+            return None if test is None else (test, self._source(report, self.where, name, 1))
         holding = [s for s in self.accepted if nodeid in s.tests][: self.pooled]
         if not holding:
             return None
         entries = [e for s in holding if (e := test_of(self._record(s.key), nodeid)) is not None]
         if not entries:
             return None
-        source = self.store.where(holding[0].key)
-        return (entries[0] if len(entries) == 1 else pool(entries)), source, len(entries)
+        first = holding[0]
+        source = self._source(self._record(first.key), self.store.where(first.key), first.name, len(entries))
+        return (entries[0] if len(entries) == 1 else pool(entries)), source
 
 
 def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:

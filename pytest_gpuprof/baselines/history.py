@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
-from pytest_gpuprof.output import storage
-from pytest_gpuprof.output import store as storage_store
-from pytest_gpuprof.output.reference import test_of
+from pytest_gpuprof.baselines import store as storage_store
+from pytest_gpuprof.baselines.reference import test_of
 from pytest_gpuprof.verdict.samples import samples_of
 
 DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -26,7 +25,7 @@ DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
 class Run:
     """One stored baseline's figures of one test and metric."""
 
-    name: str  # NNNN_NAME: its place in the machine's history, and its name
+    name: str  # the baseline's name (main, nightly ...)
     created: str
     commit: str
     samples: tuple[float, ...]
@@ -34,6 +33,11 @@ class Run:
     low: float = field(init=False)
     median: float = field(init=False)
     high: float = field(init=False)
+
+    @property
+    def label(self) -> str:
+        """The run as a line names it: its name and when it was made, to the minute."""
+        return f"{self.name} {self.created[:16].replace('T', ' ')}".strip()
 
     def __post_init__(self) -> None:
         ordered = sorted(self.samples)
@@ -53,28 +57,30 @@ class Series:
 
 
 def history(
-    store: storage_store.Store, machine: str, pattern: str = "*", metrics: Sequence[str] = DEFAULT_METRICS
+    store: storage_store.Store,
+    machine: str,
+    pattern: str = "*",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    summaries: Sequence[storage_store.Summary] | None = None,
 ) -> list[Series]:
     """Every test matching ``pattern``, each metric, over the machine's baselines in order
     (their ``created``). The default metrics come from the store's summaries; any other
     metric reads the records."""
-    summaries = store.summaries(machine)
-    for s in summaries:
-        for nodeid, problem in s.problems.items():
-            if fnmatch.fnmatchcase(nodeid, pattern):
-                raise storage.BaselineError(f"{store.where(s.key)}: test {nodeid}: {problem}")
+    if summaries is None:
+        summaries = store.summaries(machine)
+    summaries = [s for s in summaries if not s.damaged]  # ``skipped`` names them
     full = not set(metrics) <= set(storage_store.SUMMARY_METRICS)
     records = store.read_many([s.key for s in summaries]) if full else {}
     tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)})
     out = []
     for nodeid in tests:
         runs: dict[str, list[Run]] = {metric: [] for metric in metrics}
-        for number, s in enumerate(summaries, 1):  # one pass a test, every metric at once
+        for s in summaries:  # one pass a test, every metric at once
             figures = s.tests.get(nodeid)
-            if figures is None:
+            if figures is None or nodeid in s.problems:  # an unusable entry: ``skipped`` names it
                 continue
             test = test_of(records[s.key], nodeid) if full else None
-            name, commit = f"{number:04d}_{s.name}", s.commit[:10]
+            name, commit = s.name, s.commit[:10]
             for metric in metrics:
                 samples = samples_of(test, metric) if test is not None else figures.get(metric, [])
                 if samples:
@@ -106,7 +112,7 @@ def table(series: Sequence[Series]) -> list[str]:
             mark = marks.get(i)
             shift = f"  <- change {100 * mark.relative:+.1f}%" if mark is not None else ""
             lines.append(
-                f"  {run.name:<24} {run.commit:<10} {shown(run.median):>12}"
+                f"  {run.label:<30} {run.commit:<10} {shown(run.median):>12}"
                 f"  ({shown(run.low)} .. {shown(run.high)}){shift}"
             )
     return lines
@@ -146,16 +152,16 @@ def _chart(s: Series, number: int) -> str:
         f'<text x="4" y="{y(lo + pad) + 4:.1f}" font-size="10">{html.escape(_shown(s.metric, lo + pad))}</text>',
     ]
     for i, run in enumerate(s.runs):
-        tip = html.escape(f"{run.name} {run.commit} {run.created}: {_shown(s.metric, run.median)}")
+        tip = html.escape(f"{run.label} {run.commit}: {_shown(s.metric, run.median)}")
         parts.append(
             f'<circle cx="{x(i):.1f}" cy="{y(run.median):.1f}" r="3" fill="#1f5fa8"><title>{tip}</title></circle>'
         )
-        label = html.escape(run.name.split("_", 1)[0])
+        label = html.escape(run.created[5:10] or str(i + 1))
         parts.append(f'<text x="{x(i) - 10:.1f}" y="{height - bottom + 14}" font-size="9">{label}</text>')
     for c in s.changes:
         run = s.runs[c.index]
         cx = (x(c.index - 1) + x(c.index)) / 2
-        text = html.escape(f"change {100 * c.relative:+.1f}% at {run.commit or run.name}")
+        text = html.escape(f"change {100 * c.relative:+.1f}% at {run.commit or run.label}")
         parts.append(
             f'<line class="change" x1="{cx:.1f}" x2="{cx:.1f}" y1="{top}" y2="{height - bottom}" stroke="#c0392b" stroke-dasharray="4 3"/>'
         )
@@ -180,3 +186,16 @@ points (a level shift beyond the noise of the runs around it) as dashed lines wi
 <script type="application/json" id="data">{data}</script>
 </body></html>
 """
+
+
+def skipped(store: storage_store.Store, summaries: Sequence[storage_store.Summary], pattern: str = "*") -> list[str]:
+    """What a history left out, a line each: the damaged records (``prune`` removes them)
+    and the test entries with a field a figure cannot be read from."""
+    lines = [f"skipped {store.where(key)}: {why} (gpuprof prune removes it)" for key, why in store.damaged.items()]
+    for s in summaries:
+        lines += [
+            f"skipped {store.where(s.key)}: test {nodeid}: {problem}"
+            for nodeid, problem in s.problems.items()
+            if fnmatch.fnmatchcase(nodeid, pattern)
+        ]
+    return lines

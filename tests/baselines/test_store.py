@@ -15,9 +15,9 @@ import pytest
 from plugin_runs import WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof import cli
-from pytest_gpuprof.output import store as store_module
-from pytest_gpuprof.output.storage import BaselineError, shown
-from pytest_gpuprof.output.store import INDEX, PACK_AT, Store
+from pytest_gpuprof.baselines import store as store_module
+from pytest_gpuprof.baselines.records import BaselineError, shown
+from pytest_gpuprof.baselines.store import INDEX, PACK_AT, Store
 
 # imported at collection, before any in-process pytest run: a run that imported botocore
 # first drops it when it ends (pytester restores sys.modules), and moto's server then
@@ -200,8 +200,8 @@ def test_a_compare_pools_the_last_k_accepted_baselines(url):
         store.save(_report(_at(i), samples=(v, v, v)), "main")
     store.save(_report(_at(9), partial="was interrupted"), "main")  # not accepted: passed over
     ref = store.reference("host-aaa", "main", pooled=2)
-    entry, _, pooled = ref.entry("t")
-    assert pooled == 2 and sorted(entry["rounds"]["wall_ms"]["samples"]) == [5.0] * 3 + [6.0] * 3
+    entry, source = ref.entry("t")
+    assert source.pooled == 2 and sorted(entry["rounds"]["wall_ms"]["samples"]) == [5.0] * 3 + [6.0] * 3
     assert "pooled over its 2 newest" in ref.why and "passed over 1 newer" in ref.why
     assert ref.entry("not-stored") is None
 
@@ -276,7 +276,7 @@ def test_legacy_numbered_baselines_stay_readable(tmp_path):
 SAVERS = """
 import os, pathlib, sys, time, traceback
 import fsspec
-from pytest_gpuprof.output.store import Store
+from pytest_gpuprof.baselines.store import Store
 
 url, here = sys.argv[1], pathlib.Path(sys.argv[2])
 fsspec.get_filesystem_class(fsspec.utils.get_protocol(url))
