@@ -209,6 +209,21 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
 _NARROWING = (("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"), ("lf", "--lf"))
 
 
+def _named_parts(config: pytest.Config) -> list[str]:
+    """The command line's test ids and files: a run of ``tests/x.py::test_y`` or of
+    ``tests/x.py`` is part of a suite, where a folder (or ``testpaths``) is a suite."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return []
+    named = []
+    for arg in config.args:
+        path = arg.split("::", 1)[0]
+        if "::" in arg:
+            named.append(f"the test id {arg}")
+        elif os.path.isfile(os.path.join(config.invocation_params.dir, path)):
+            named.append(f"the file {arg}")
+    return named
+
+
 # the session's hooks, registered with it (``pytest_configure``)
 HOOKS_NAME = "gpuprof-session"
 
@@ -225,6 +240,7 @@ class SessionHooks:
         self._session = session
         self._collection_errors = 0
         self._deselected = 0
+        self._failures_recorded = True  # --lf: whether a failure was recorded when the run started
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -234,6 +250,8 @@ class SessionHooks:
         self._deselected += len(items)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        cache = getattr(session.config, "cache", None)
+        self._failures_recorded = cache is None or bool(cache.get("cache/lastfailed", {}))
         self._session.load_baseline()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -314,7 +332,8 @@ class SessionHooks:
         option = session.config.option
         if getattr(option, "collectonly", False):
             return "was --collect-only: no test ran", None
-        narrowed = [flag for name, flag in _NARROWING if getattr(option, name, None)]
+        narrowed = [flag for name, flag in _NARROWING if getattr(option, name, None) and not self._ran_all(name)]
+        narrowed += _named_parts(session.config)
         why = None
         if self._deselected:
             why = f"deselected {self._deselected} test(s) (-k, -m, --deselect, --lf or a plugin)"
@@ -327,6 +346,12 @@ class SessionHooks:
             hint = "; a shard of a sharded suite saves its part under a run id: --gpu-run-id"
             return f"{why}: not every collected test ran{hint}", None
         return None, (f"{why}: a part of run {run_id}" if why else None)
+
+    def _ran_all(self, option: str) -> bool:
+        """Whether ``--lf`` left every collected test in: with no failure recorded when the
+        run started, pytest runs them all (an xdist controller reads the cache its workers
+        read; a failure recorded skips files, which no deselected count shows)."""
+        return option == "lf" and not self._deselected and not self._failures_recorded
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         partial = None

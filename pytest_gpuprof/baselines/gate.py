@@ -155,6 +155,11 @@ class Gate:
             if problem is not None:
                 why = f"{side}: {problem}: comparison not made"
                 return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
-        changes = compare_tests(self.thresholds, base, test)
+        try:
+            changes = compare_tests(self.thresholds, base, test)
+        except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as e:
+            # a field ``entry_problem`` does not know of, of the wrong shape: named, never a crash
+            why = f"{held.where}: a field of the wrong shape ({type(e).__name__}: {records.clean(str(e))[:200]})"
+            return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
         notes = [n for n in (self.note, clock_note(base, test)) if n]
         return Comparison(nodeid, "compared", tuple(changes), self.gating, held.record, "; ".join(notes) or None)

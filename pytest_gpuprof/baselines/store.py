@@ -346,10 +346,25 @@ class Store:
         return _within(self.deadline, find)
 
     def machines(self) -> list[str]:
-        with self._failing("list"):
-            found = self._find(self.root, maxdepth=2)
-        parts = (p[len(self.root) + 1 :].split("/") for p in found)
-        return sorted({p[0] for p in parts if len(p) == 2})
+        """The machine ids that hold records. An object store's listing of the prefixes is
+        asked as it is (fsspec's walk of a depth takes a listing that did not answer for an
+        empty one)."""
+        if self.local:
+            with self._failing("list"):
+                found = self._find(self.root, maxdepth=2)
+            parts = (p[len(self.root) + 1 :].split("/") for p in found)
+            return sorted({p[0] for p in parts if len(p) == 2})
+
+        def prefixes() -> list[str]:
+            self.fs.invalidate_cache()
+            try:
+                entries = self.fs.ls(self.root, detail=True)
+            except FileNotFoundError:  # nothing saved under the root yet
+                return []
+            return [str(e["name"]) for e in entries if e.get("type") == "directory"]
+
+        found = self._call("list", prefixes)
+        return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in found})
 
     def machine(self, wanted: str | None) -> str:
         """The machine id whose baselines to read: ``wanted``, or the only one stored."""

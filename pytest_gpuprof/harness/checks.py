@@ -92,13 +92,29 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read the budget file: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): TOML is UTF-8") from None
+
+
+def gpuprof_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """The ``[tool.gpuprof]`` table of a TOML document, ``None`` where it has none; a
+    ``tool`` or ``gpuprof`` that is not a table is named."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: 'tool' must be a table ([tool.gpuprof]), not {type(tool).__name__}")
+    table = tool.get("gpuprof")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{path}: 'tool.gpuprof' must be a table ([tool.gpuprof]), not {type(table).__name__}")
+    return table
 
 
 def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
     """``[tool.gpuprof]`` (without its budget) and its ``budget`` table, validated."""
     if path is None or not path.is_file():
         return {}, Budget()
-    table = load_toml(path).get("tool", {}).get("gpuprof", {})
+    table = gpuprof_table(load_toml(path), path) or {}
     source = f"{path} [tool.gpuprof]"
     settings: dict[str, Any] = {}
     for key, value in check.table(table, "tool.gpuprof", source, ConfigError).items():
@@ -126,9 +142,16 @@ def read_budget_file(path: Path) -> Budget:
     if not path.is_file():
         raise ConfigError(f"--gpu-budget-file={path}: no such file")
     data = load_toml(path)
-    nested = data["tool"].get("gpuprof", {}).get("budget") if "tool" in data else None
+    table = gpuprof_table(data, path)
+    nested = (table or {}).get("budget") if "tool" in data else None
     if "tool" in data and not nested:
         raise ConfigError(f"{path}: a [tool] table without [tool.gpuprof.budget]: nothing here is a budget")
+    others = sorted(set(table or {}) - {"budget"})
+    if others:
+        raise ConfigError(
+            f"{path}: [tool.gpuprof] {', '.join(others)}: a budget file holds a budget only "
+            "([tool.gpuprof.budget]); the run's settings belong in pyproject.toml's [tool.gpuprof] or on the command line"
+        )
     try:
         return parse_budget(nested if nested is not None else data, str(path))
     except BudgetError as e:

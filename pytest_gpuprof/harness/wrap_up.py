@@ -110,6 +110,8 @@ class Outputs:
         )
         compare = [line for v in views.values() for line in v.compare]
         _block(tr, f"compared with baseline {compared_with}:", [f"  {line}" for line in compare])
+        if not compare and compared_with is not None and self.settings.compare is not None:
+            tr.write_line(f"gpuprof: compared with baseline {compared_with}")
         if new := sum(line.endswith(NEW) for line in compare):
             tr.write_line(f"gpuprof: {new} of {len(views)} tests ungated: {NEW}")
         if self.settings.compare is not None and not self.settings.compare_fail:

@@ -22,6 +22,30 @@ from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
 MAX_ITEMS = 1500
 
 
+def comparison_lines(record: GpuRecord) -> list[str]:
+    """The test's comparison as the page shows it: which baseline record, then each change
+    that is not ``unchanged`` (a regression's line in full)."""
+    b = record.baseline
+    if b is None:
+        return []
+    commit = f", commit {b['commit'][:12]}" if b.get("commit") else ""
+    lines = [f"compared with {b['key']} ({b['name']}, {str(b['created'])[:19]}{commit}): {b['status']}"]
+    if b.get("why_not"):
+        lines.append(str(b["why_not"]))
+
+    def shown(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    for c in record.comparisons:
+        if c["finding"] in ("unchanged", "absent"):
+            continue
+        p = f"; p={c['p']:.3g}" if isinstance(c.get("p"), float) else ""
+        lines.append(
+            f"{c['metric']}: {shown(c['before'])} -> {shown(c['after'])} (limit {c['threshold']}{p}): {c['finding']}"
+        )
+    return lines
+
+
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     m = record.metrics
     bounds: Mapping[str, tuple[int, int]] = m.memory.bounds if m.memory is not None else {}
@@ -35,6 +59,7 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
         "breaches": [{**b.to_dict(), "text": describe_breach(b)} for b in record.breaches],
         "limits": record.budget.limits(),
         "explain": [*explain(m), *explain_memory(m, record.breaches, always=True)],
+        "compare": comparison_lines(record),
         "metrics": {
             "wall_ms": m.wall_ms,
             "kernel_ms": m.kernel_ms,
@@ -238,6 +263,7 @@ function select(i) {
   const d = document.getElementById("detail");
   d.replaceChildren(el("h2", {}, t.id));
   for (const b of t.breaches) d.append(el("div", {class: "breach-line"}, `breach of ${b.key}: ${b.text}`));
+  for (const line of t.compare) d.append(el("div", {class: / regression$/.test(line) ? "breach-line" : "compare-line"}, line));
   d.append(el("pre", {}, t.explain.join("\n")));
   if (t.lanes.length) {
     const tools = el("div", {id: "tools"});

@@ -118,6 +118,8 @@ class GpuRecord:
             if value is not None:
                 figures.append((f"gpuprof.{name}", round(value, digits)))
         figures.append(("gpuprof.verdict", self.status))
+        if self.baseline is not None:
+            figures.append(("gpuprof.baseline", self.baseline["key"]))
         if self.reruns:
             figures.append(("gpuprof.reruns", self.reruns))
         return figures

@@ -460,3 +460,186 @@ def test_a_scheme_without_its_library_says_which_extra_installs_it(monkeypatch):
         Store("memory://x")
     with pytest.raises(BaselineError, match="no storage scheme 'nosuch'"):
         Store("nosuch://x")
+
+
+# --- a store that is damaged, raced, stalled or left half-written (the gate's workflow)
+
+
+def _put_raw(store, key, text):
+    store.fs.pipe_file(store._path(key), text.encode() if isinstance(text, str) else text)
+
+
+def test_a_damaged_record_is_named_once_and_skipped_and_prune_removes_it(url, capsys, tmp_path):
+    """A truncated record, one nested 20,000 deep under another name and one that is not
+    UTF-8 stop no compare, history or prune: each is named and skipped, and prune removes
+    them; a record of a newer pytest-gpuprof is left alone."""
+    store = Store(url)
+    for i, v in enumerate((4.0, 5.0)):
+        store.save(_report(_at(i), samples=(v, v, v)), "main")
+    good = json.dumps(_report(_at(8)))
+    damaged = {
+        "host-aaa/main@20260101T000009.000000Z@r1@0a.json": good[: len(good) // 2],
+        "host-aaa/nightly@20260101T000010.000000Z@r2@0b.json": "[" * 20_000 + "]" * 20_000,
+        "host-aaa/main@20260101T000011.000000Z@r3@0c.json": b"\xff\xfe not text",
+    }
+    for key, text in damaged.items():
+        _put_raw(store, key, text)
+    newer = "host-aaa/main@20260101T000012.000000Z@r4@0d.json"
+    _put_raw(store, newer, json.dumps({**_report(_at(12)), "schema": 99}))
+
+    ref = Store(url).reference("host-aaa", "main")
+    assert ref.entry("t")[0]["metrics"]["wall_ms"] == 5.0  # the newest readable one
+    reader = Store(url)
+    reader.summaries("host-aaa")
+    assert set(reader.damaged) == set(damaged)
+    assert any("nested too deep" in why for why in reader.damaged.values())
+    assert any("not UTF-8" in why for why in reader.damaged.values())
+
+    assert cli.main(["history", "--storage", url, "--machine", "host-aaa"]) == 0
+    out, err = capsys.readouterr()
+    assert "t  wall_ms  (2 runs" in out
+    assert sum("skipped" in line for line in err.splitlines()) == 3  # each named once
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(_report(_at(20))))
+    assert cli.main(["compare", "main", str(new), "--storage", url]) == 0
+    assert "t: unchanged" in capsys.readouterr().out
+
+    assert cli.main(["prune", "--keep", "5", "--storage", url, "--machine", "host-aaa"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(damaged: ") == 3
+    left = Store(url)._listing("host-aaa")
+    assert not set(damaged) & set(left) and newer in left  # the newer schema's record untouched
+    assert len([k for k in left if "/_index/" not in k]) == 3
+
+
+def test_a_pack_replaced_between_listing_and_reading_loses_no_record(url, monkeypatch):
+    """Another reader packs and deletes the old packs while this one is about to read
+    them: the missing pack is only a cache, its records are read loose."""
+    store = Store(url)
+    for i in range(3):
+        store.save(_report(_at(i)), "main")
+    listing = store._listing
+    gone = "host-aaa/_index/20260101T000000.000000Z@deadbeef.json"
+    monkeypatch.setattr(store, "_listing", lambda machine: [*listing(machine), gone])
+    assert len(store.summaries("host-aaa")) == 3
+    assert store.reference("host-aaa", "main").entry("t") is not None
+
+
+def test_a_record_pruned_between_listing_and_reading_is_left_out(url, monkeypatch):
+    store = Store(url)
+    for i in range(3):
+        store.save(_report(_at(i)), "main")
+    listing = store._listing
+    gone = "host-aaa/main@20260101T000005.000000Z@rr@ab.json"
+    monkeypatch.setattr(store, "_listing", lambda machine: [*listing(machine), gone])
+    assert [s.key for s in store.summaries("host-aaa")] == [k for k in listing("host-aaa")]
+
+
+def test_the_next_save_or_prune_clears_what_a_killed_save_left(tmp_path):
+    """A save killed between writing its partial file and renaming it leaves the file; the
+    next save (or prune) removes the stale ones, and never a save still in flight."""
+    store = Store(tmp_path)
+    store.save(_report(_at(1)), "main")
+    folder = tmp_path / "host-aaa"
+    stale = [folder / ".gpuprof.killed1.tmp", folder / "_index" / ".gpuprof.killed2.tmp"]
+    fresh = folder / ".gpuprof.inflight.tmp"
+    for path in (*stale, fresh):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("{")
+    old = time.time() - store_module.STALE_TMP_S - 60
+    for path in stale:
+        os.utime(path, (old, old))
+    store.save(_report(_at(2)), "main")
+    assert not any(p.exists() for p in stale) and fresh.exists()
+    os.utime(fresh, (old, old))
+    store.prune("host-aaa", keep=5)
+    assert not fresh.exists()
+
+
+@pytest.fixture
+def stalled_endpoint(monkeypatch):
+    """An S3 endpoint that accepts every connection and never answers, and a user's fsspec
+    configuration of one attempt with one-second timeouts."""
+    import fsspec.config
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held = []
+    stop = False
+
+    def accept():
+        while not stop:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)  # kept open, never read, never answered
+
+    import threading
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    _s3_env(monkeypatch, endpoint)
+    config = {"connect_timeout": 1, "read_timeout": 1, "retries": {"total_max_attempts": 1}}
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": config})
+    yield endpoint
+    stop = True
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_stalled_endpoint_ends_each_call_within_the_timeouts_and_is_never_an_empty_store(stalled_endpoint, capsys):
+    url = f"s3://stalled-{uuid.uuid4().hex[:8]}/p"
+    store = Store(url)
+    assert store.deadline == 1 * (1 + 1) + store_module.DEADLINE_MARGIN_S
+    for call in (
+        lambda: store.save(_report(_at(1)), "main"),
+        lambda: store.reference("host-aaa", "main"),
+        lambda: store.summaries("host-aaa"),
+        lambda: store.machines(),
+    ):
+        with pytest.raises(store_module.StoreError) as raised:
+            call()
+        assert str(raised.value).startswith(f"{url}: ")
+        assert "timeout" in str(raised.value).lower() or "did not answer" in str(raised.value)
+    assert cli.main(["history", "--storage", url]) == 2
+    err = capsys.readouterr().err
+    assert url in err and "holds no baselines" not in err
+
+
+def test_a_call_that_outlives_the_deadline_is_named_with_the_timeouts(monkeypatch):
+    """The deadline holds whatever the library does: a call that never returns ends at it."""
+    import threading
+
+    store = Store("memory://gpuprof-deadline/p")
+    store.deadline = 0.2
+    never = threading.Event()
+    monkeypatch.setattr(store.fs, "ls", lambda *a, **k: never.wait())
+    with pytest.raises(store_module.StoreError, match=r"memory://gpuprof-deadline/p: list: the store did not answer"):
+        store.machines()
+    never.set()
+
+
+def test_any_machine_takes_a_name_after_a_driver_update(url):
+    """A driver update gives the runner a new machine id: --gpu-compare=main with
+    --gpu-compare-any-machine compares with the newest main of any machine, and says what
+    differs; without it, the error names the machines that have one."""
+    from pytest_gpuprof.baselines.gate import Gate
+    from pytest_gpuprof.baselines.records import BaselineError
+
+    store = Store(url)
+    old = _report(_at(1), machine="host-old")
+    old["machine"]["driver"] = "550.1"
+    store.save(old, "main")
+    store.save(_report(_at(5), machine="host-other"), "nightly")
+    ours = {"id": "host-new", "gpu": "g", "backend": "host", "driver": "580.2"}
+    with pytest.raises(BaselineError, match=r"no baseline named 'main' for machine host-new.*host-old.*any-machine"):
+        Gate.open("main", ours, (), url)
+    gate = Gate.open("main", ours, (), url, any_machine=True)
+    assert gate is not None and "host-old/main@" in gate.where
+    assert gate.note == "baseline of another machine (driver 550.1 -> 580.2)"
+    comparison = gate.compare("t", _report(_at(9))["tests"][0])
+    assert comparison.status == "compared" and "another machine" in comparison.lines()[1]

@@ -69,11 +69,13 @@ def test_a_passing_xdist_run_is_saved_once_by_the_controller(pytester):
     run(pytester, "-n", "2", "--gpu-save=main", "-k", "not idle").stdout.fnmatch_lines(
         ["gpuprof: no baseline saved: ran with -k: not every collected test ran*"]
     )
-    pytester.makepyfile(
-        test_ok="def test_a(gpu_workload):\n    gpu_workload.compute(ms=1)\n\n"
+    # a folder is a suite (a file or a test id is part of one, as -k is)
+    Path(pytester.path, "ok").mkdir()
+    Path(pytester.path, "ok", "test_ok.py").write_text(
+        "def test_a(gpu_workload):\n    gpu_workload.compute(ms=1)\n\n"
         "def test_b(gpu_workload):\n    gpu_workload.compute(ms=1)\n"
     )
-    run(pytester, "-n", "2", "--gpu-save=main", "test_ok.py").assert_outcomes(passed=2)
+    run(pytester, "-n", "2", "--gpu-save=main", "ok").assert_outcomes(passed=2)
     assert len(list(Path(pytester.path, ".gpuprof").glob("*/*.json"))) == 1
 
 

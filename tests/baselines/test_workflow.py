@@ -1,0 +1,210 @@
+"""The gate's workflow off the main road, as a CI team walks it: each case once gave a wrong
+verdict or a stuck job (a regression passed, a narrowed run became the baseline, a damaged
+field failed a passing test, clocks mixed, a bootstrap that could never start)."""
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from plugin_runs import page_data_of
+
+SUITE = """
+import os
+
+def run(gpuprof, gpu_workload, ms):
+    return gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=1)
+
+def test_alpha(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 5)
+
+def test_omega(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 10 if os.environ.get("GPUPROF_SLOW") else 5)
+"""
+GATE = "--gpu-compare-fail=kernel_ms:+5%"
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    monkeypatch.delenv("GPUPROF_SLOW", raising=False)
+    pytester.makepyfile(test_pipeline=SUITE)
+    return pytester
+
+
+def _stored(pytester):
+    return sorted(Path(pytester.path, ".gpuprof").glob("host-*/*.json"))
+
+
+def test_k_of_zero_is_refused_not_read_as_no_baseline(suite, monkeypatch):
+    """``main~0`` once pooled nothing and passed a 100% regression as ``new``."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    for value in ("main~0", "latest~0"):
+        result = suite.runpytest(f"--gpu-compare={value}", GATE)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*K is a whole number of 1 or more*"])
+    suite.runpytest("--gpu-compare=main~1", GATE).assert_outcomes(passed=1, failed=1)
+
+
+@pytest.mark.parametrize("narrowed", ["test_pipeline.py::test_omega", "test_pipeline.py"])
+def test_a_run_narrowed_by_test_id_or_file_is_no_baseline(suite, monkeypatch, narrowed):
+    """A run of one test (or one file) saved as main once hid the next regression of that
+    test ("12.000 -> 12.000 unchanged"): it saves nothing, as -k does; a folder is a suite."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest(narrowed, "--gpu-save=main")
+    kind = "test id" if "::" in narrowed else "file"
+    result.stdout.fnmatch_lines([f"gpuprof: no baseline saved: ran with the {kind} {narrowed}: not every*"])
+    assert len(_stored(suite)) == 1
+    suite.runpytest("--gpu-compare=main", GATE).assert_outcomes(passed=1, failed=1)
+    suite.runpytest(".", "--gpu-save=nightly").stdout.fnmatch_lines(["gpuprof: baseline saved as *nightly@*"])
+
+
+def _damage(pytester, change):
+    (path,) = _stored(pytester)
+    record = json.loads(path.read_text())
+    for test in record["tests"]:
+        change(test)
+    path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda t: t["metrics"].update(kernel_totals=[1, 2]), "metrics.kernel_totals"),
+        (lambda t: t["metrics"].update(wall_ms=10**400), "metrics.wall_ms: a number is expected, not an integer"),
+        (lambda t: t["rounds"]["kernel_ms"].update(samples=[10**400] * 5), "rounds.kernel_ms.samples"),
+    ],
+    ids=["kernel-totals-a-list", "a-400-digit-wall", "400-digit-samples"],
+)
+def test_a_malformed_baseline_field_leaves_each_test_its_own_outcome(suite, change, field):
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    _damage(suite, change)
+    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-compare-fail=kernels:+5%", "--gpu-report=r.json")
+    result.assert_outcomes(passed=2)
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"*test_alpha: not compared: *main@*{field}*comparison not made"])
+    (entry,) = [t for t in json.loads(Path(suite.path, "r.json").read_text())["tests"] if "alpha" in t["nodeid"]]
+    assert entry["baseline"]["status"] == "not compared" and field.split(":")[0] in entry["baseline"]["why_not"]
+
+
+def test_a_real_clock_run_is_never_gated_against_a_virtual_clock_baseline(suite):
+    """The host clock is part of the machine: a real-time run once read +32% wall against
+    a virtual-clock baseline of the same machine id, as a regression."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    result = suite.runpytest("--gpu-host-clock=real", "--gpu-compare=main", GATE)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*no baseline named 'main' for machine host-*; baselines exist for machine ids host-*"]
+    )
+    (record,) = _stored(suite)
+    assert json.loads(record.read_text())["machine"]["clock"] == "virtual"
+
+
+def test_after_a_driver_update_any_machine_takes_a_baseline_name(suite):
+    """A new machine id (a driver update) once failed every gate until main saved again:
+    ``--gpu-compare-any-machine`` takes a name, and the comparison says what differs."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    (path,) = _stored(suite)
+    record = json.loads(path.read_text())
+    record["machine"].update(id="host-0ld0ld0ld0", driver="old driver")
+    moved = path.parent.parent / "host-0ld0ld0ld0" / path.name
+    moved.parent.mkdir()
+    moved.write_text(json.dumps(record))
+    path.unlink()
+    refused = suite.runpytest("--gpu-compare=main", GATE)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*baselines exist for machine ids host-0ld0ld0ld0 (--gpu-compare-any-machine*"])
+    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-compare-any-machine")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["compared with baseline *host-0ld0ld0ld0/main@*baseline of another machine (driver old driver -> *"]
+    )
+
+
+def test_each_output_names_the_baseline_record_and_shows_the_regression(suite, monkeypatch):
+    """Which baseline a test was compared with: the summary, the JSON (name, created,
+    commit, key), JUnit and the HTML page, where a regression shows its line in full."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    (path,) = _stored(suite)
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest(
+        "--gpu-compare=main", GATE, "--gpu-report=r.json", "--gpu-html=page.html", "--junitxml=j.xml"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"compared with baseline .gpuprof/{path.parent.name}/{path.name} (*"])
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads(Path(suite.path, "r.json").read_text())["tests"]}
+    baseline = tests["test_omega"]["baseline"]
+    assert baseline["name"] == "main" and baseline["key"].endswith(path.name) and baseline["status"] == "compared"
+    assert baseline["created"] == json.loads(path.read_text())["created"] and baseline["pooled"] == 1
+    junit = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ET.parse(suite.path / "j.xml").iter("testcase")
+    }
+    assert junit["test_omega"]["gpuprof.baseline"].endswith(path.name)
+    page = {t["id"].split("::")[1]: t for t in page_data_of(Path(suite.path, "page.html").read_text())["tests"]}
+    assert page["test_omega"]["compare"][0].startswith(f"compared with .gpuprof/{path.parent.name}/{path.name} (main, ")
+    assert any(
+        line.startswith("kernel_ms: ") and line.endswith(": regression") for line in page["test_omega"]["compare"]
+    )
+    assert not any(line.endswith(": regression") for line in page["test_alpha"]["compare"])
+
+
+def test_gpu_only_with_a_save_or_a_compare_is_refused(suite):
+    for flag in ("--gpu-save=main", "--gpu-autosave", "--gpu-compare=latest", GATE):
+        result = suite.runpytest("--gpu-only", flag)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
+        result.stderr.fnmatch_lines([f"*--gpu-only and {flag.split('=')[0]} cannot be given together*"])
+
+
+def test_an_lf_run_that_ran_every_test_is_a_baseline_and_one_that_did_not_is_not(suite, monkeypatch):
+    cache = ("-p", "cacheprovider")
+    suite.runpytest(*cache, "--lf", "--gpu-save=main").stdout.fnmatch_lines(["gpuprof: baseline saved as *"])
+    suite.makepyfile(test_broken="def test_broken(gpu_workload):\n    gpu_workload.compute(ms=1)\n    assert False\n")
+    suite.runpytest(*cache)  # records a failure
+    Path(suite.path, "test_broken.py").write_text("def test_broken(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    result = suite.runpytest(*cache, "--lf", "--gpu-save=main")
+    result.stdout.fnmatch_lines(["gpuprof: no baseline saved: *--lf*"])
+    assert len(_stored(suite)) == 1
+
+
+def test_autosave_with_compare_latest_starts_from_an_empty_store(suite):
+    """The first run of ``--gpu-autosave --gpu-compare=latest`` once stopped at "no
+    baseline" forever: it saves the first, every test new; a named baseline still must exist."""
+    result = suite.runpytest("--gpu-autosave", "--gpu-compare=latest", GATE)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*holds no baseline of machine host-* yet; this run saves the first*"])
+    assert len(_stored(suite)) == 1
+    result = suite.runpytest("--gpu-autosave", "--gpu-compare=latest", GATE)
+    result.stdout.fnmatch_lines(["*test_alpha: unchanged"])
+    assert suite.runpytest("--gpu-compare=nightly", GATE).ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            "[tool.gpuprof]\nroundz = 5\n[tool.gpuprof.budget]\nmin_utilization = 0.5\n",
+            "[tool.gpuprof] roundz: a budget",
+        ),
+        (
+            "[tool.gpuprof]\nrounds = 9\n[tool.gpuprof.budget]\nmin_utilization = 0.5\n",
+            "[tool.gpuprof] rounds: a budget",
+        ),
+        ("[tool]\ngpuprof = 5\n", "'tool.gpuprof' must be a table"),
+        ("tool = 5\n", "'tool' must be a table"),
+    ],
+)
+def test_a_budget_file_with_settings_or_a_wrong_shape_is_one_usage_error(suite, text, said):
+    Path(suite.path, "budget.toml").write_text(text)
+    result = suite.runpytest("--gpu-budget-file=budget.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "budget.toml" in result.stderr.str() and said in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_budget_file_that_is_not_utf8_is_one_usage_error(suite):
+    Path(suite.path, "budget.toml").write_bytes(b"min_utilization = 0.5 # \xff\xfe\n")
+    result = suite.runpytest("--gpu-budget-file=budget.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*budget.toml: not UTF-8 text*"])
