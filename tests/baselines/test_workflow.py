@@ -208,3 +208,43 @@ def test_a_budget_file_that_is_not_utf8_is_one_usage_error(suite):
     result = suite.runpytest("--gpu-budget-file=budget.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*budget.toml: not UTF-8 text*"])
+
+
+def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monkeypatch, capsys):
+    """One implementation: the command's lines for a report are the gate's lines for the
+    run that wrote it, p-values included, and both fail the same test."""
+    from pytest_gpuprof import cli
+
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("compared with baseline "))
+    gate = [line.strip() for line in lines[start + 1 :] if line.startswith("  ")]
+    monkeypatch.chdir(suite.path)
+    capsys.readouterr()  # what the pytest runs printed
+    assert cli.main(["compare", "main", "r.json", "--fail", GATE.split("=", 1)[1]]) == 1
+    command = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert command == gate and any("p=" in line and line.endswith(": regression") for line in command)
+
+
+def test_gpuprof_compare_imports_no_pytest(tmp_path):
+    import subprocess
+    import sys
+
+    report = {
+        "schema": 1,
+        "created": "2026-01-01T00:00:00+00:00",
+        "machine": {"id": "host-a"},
+        "tests": [{"nodeid": "t", "metrics": {"wall_ms": 5.0}, "rounds": {"wall_ms": {"samples": [5.0] * 5}}}],
+    }
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(report))
+    code = (
+        "import sys; from pytest_gpuprof import cli; rc = cli.main(['compare', 'a.json', 'b.json']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest'))); sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
