@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS
 from pytest_gpuprof.baselines import records
 from pytest_gpuprof.baselines.records import BaselineError, entry_problem
 from pytest_gpuprof.baselines.reference import Reference
@@ -156,7 +157,8 @@ class Gate:
                 why = f"{side}: {problem}: comparison not made"
                 return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
         try:
-            changes = compare_tests(self.thresholds, base, test)
+            history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
+            changes = compare_tests(self.thresholds, base, test, history, held.pooled)
         except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as e:
             # a field ``entry_problem`` does not know of, of the wrong shape: named, never a crash
             why = f"{held.where}: a field of the wrong shape ({type(e).__name__}: {records.clean(str(e))[:200]})"

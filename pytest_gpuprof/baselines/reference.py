@@ -116,6 +116,19 @@ class Reference:
         source = self._source(self._record(first.key), self.store.where(first.key), first.name, len(entries))
         return (entries[0] if len(entries) == 1 else pool(entries)), source
 
+    def history(self, nodeid: str, runs: int) -> list[dict[str, Any]]:
+        """The test's entries in the newest ``runs`` accepted runs of the name of the record
+        it is compared with (newest first): what the spread between runs is learnt from. A
+        single report is one run."""
+        if self.store is None:
+            test = test_of(self._records[self.where], nodeid)
+            return [] if test is None else [test]
+        holding = [s for s in self.accepted if nodeid in s.tests]
+        if not holding:
+            return []
+        same = [s for s in holding if s.name == holding[0].name][:runs]
+        return [e for s in same if (e := test_of(self._record(s.key), nodeid)) is not None]
+
 
 def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """One baseline entry of several runs of a test: the newest's figures, every round's

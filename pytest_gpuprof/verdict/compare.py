@@ -1,7 +1,13 @@
 """Regression gates: compare-fail expressions and what one metric's change was.
 
-A change counts as a regression only when it is beyond the threshold and statistically
-clear over the rounds: a one-sided Mann-Whitney U test of the current rounds, moved back
+The run is the unit (``analysis.run_spread``): where the baseline's stored history gives
+the spread between runs, a change counts as a regression only when it passes the threshold
+**and** the prediction bound of that spread, and the rounds make it clear too; a change
+beyond the threshold that the spread explains is ``inconclusive``. Where the spread is
+unknown (one baseline run), the rounds decide alone, and the line says so.
+
+Over the rounds a change is clear when it is beyond the threshold and statistically
+clear: a one-sided Mann-Whitney U test of the current rounds, moved back
 by the threshold, against the baseline rounds rejects "no worse than the threshold" at
 p < 0.05 (exact null distribution without ties, normal approximation with them). When
 the median moved beyond the threshold but the test does not reject, the finding is
@@ -18,13 +24,14 @@ import difflib
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
 from pytest_gpuprof.analysis.names import readable, short, short_names
+from pytest_gpuprof.analysis.run_spread import Spread
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 # the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
@@ -139,7 +146,9 @@ LISTED_KERNELS = "kernels:+5%"
 # 5 us fill kernel moves by 7% from process to process (H200, docs/performance.md)
 KERNEL_FLOOR = 0.01
 
-Finding = Literal["regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished"]
+Finding = Literal[
+    "regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished", "clock"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +159,8 @@ class Change:
     current: float | None
     p_value: float | None = None
     samples: tuple[int, int] = (0, 0)
+    spread: Spread | None = None  # between runs, from the baseline's history; None: not asked
+    clock: str | None = None  # the SM clocks of both sides, where the change is theirs
 
     @property
     def inert(self) -> bool:
@@ -173,6 +184,8 @@ class Change:
             "rounds": list(self.samples),
             "p": self.p_value,
             "inert": self.inert,
+            **({"between_runs": self.spread.to_dict()} if self.spread is not None else {}),
+            **({"clock": self.clock} if self.clock else {}),
         }
 
     @property
@@ -209,10 +222,30 @@ class Change:
         inert = ""
         if self.inert:
             inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
+        clock = f" ({self.clock})" if self.clock else ""
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
-            f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}): "
-            f"{self.named(gating)}{inert}"
+            f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}"
+            f"{self._between_runs(fmt)}): {self.named(gating)}{clock}{inert}"
+        )
+
+    def _between_runs(self, fmt: Callable[..., str]) -> str:
+        """The spread between runs and the smallest change it lets a comparison see."""
+        spread = self.spread
+        if spread is None:
+            return ""
+        if spread.sd is None:
+            runs = f"{spread.runs} baseline run" if spread.runs == 1 else f"{spread.runs} baseline runs"
+            return f"; between-run spread unknown ({runs}): the rounds decide alone"
+        detectable = spread.detectable or 0.0
+        relative = (
+            f" ({100 * detectable / abs(self.baseline):.1f}%)"
+            if self.baseline and not is_fraction(self.threshold.metric)
+            else ""
+        )
+        return (
+            f"; between runs sd {fmt(spread.sd, False)} over {spread.runs} runs, "
+            f"smallest detectable change {fmt(detectable, True).lstrip('+')}{relative}"
         )
 
     def inert_cause(self) -> str:
@@ -264,12 +297,16 @@ def _formatter(metric: str) -> Callable[..., str]:
     return lambda v, signed=False: f"{v:+.3f}" if signed else f"{v:.3f}"
 
 
-def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[float]) -> Change:
-    """What one metric did: regression, inconclusive, improvement or unchanged."""
+def assess(
+    threshold: Threshold, baseline: Sequence[float], current: Sequence[float], spread: Spread | None = None
+) -> Change:
+    """What one metric did: regression, inconclusive, improvement or unchanged. ``spread``:
+    how far runs of the baseline lie apart (the run as the unit); a regression must pass
+    its prediction bound as well as the threshold."""
     if not baseline and not current:
-        return Change(threshold, "absent", None, None)
+        return Change(threshold, "absent", None, None, spread=spread)
     if not baseline or not current:
-        return Change(threshold, "missing", _median(baseline), _median(current))
+        return Change(threshold, "missing", _median(baseline), _median(current), spread=spread)
     base_median, cur_median = float(statistics.median(baseline)), float(statistics.median(current))
     delta = threshold.delta(base_median)
     sign = threshold.direction
@@ -279,25 +316,49 @@ def assess(threshold: Threshold, baseline: Sequence[float], current: Sequence[fl
     worse_p = mann_whitney_greater(base, [c - delta for c in cur])
     better_p = mann_whitney_greater([c + delta for c in cur], base)
     moved = sign * (cur_median - base_median)
+    # beyond what the spread between runs explains (where it is known)
+    bound = spread.bound if spread is not None else None
+    beyond_runs = bound is None or abs(moved) > bound
     finding: Finding
-    if worse_p < ALPHA:
+    if worse_p < ALPHA and moved > delta and beyond_runs:
         finding, p = "regression", worse_p
-    elif better_p < ALPHA:
+    elif better_p < ALPHA and -moved > delta and beyond_runs:
         finding, p = "improvement", better_p
     else:
         finding, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
-    return Change(threshold, finding, base_median, cur_median, p, (len(baseline), len(current)))
+    return Change(threshold, finding, base_median, cur_median, p, (len(baseline), len(current)), spread)
 
 
 def _median(values: Sequence[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any], current_test: dict) -> list[Change]:
+def compare_tests(
+    thresholds: Sequence[Threshold],
+    baseline_test: dict[str, Any],
+    current_test: dict[str, Any],
+    history: Sequence[dict[str, Any]] | None = None,
+    pooled: int = 1,
+) -> list[Change]:
+    """Each threshold's change from ``baseline_test`` to ``current_test``. ``history``: the
+    test's entries in the baseline's newest accepted runs (the spread between runs comes
+    from their medians; ``None``: not asked); ``pooled``: the runs the baseline stands for."""
+
+    def spread(path: str) -> Spread | None:
+        if history is None:
+            return None
+        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None], pooled)
+
+    def judged(t: Threshold, before: list[float], now: list[float]) -> Change:
+        change = assess(t, before, now, spread(t.metric))
+        return (
+            _in_cycles(change, before, now, baseline_test, current_test) if change.finding == "regression" else change
+        )
+
     out = []
     for t in thresholds:
         if t.metric != KERNELS:
-            out.append(assess(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)))
+            out.append(judged(t, samples_of(baseline_test, t.metric), samples_of(current_test, t.metric)))
             continue
         floor = KERNEL_FLOOR * max(value_at(baseline_test.get("metrics", {}), "kernel_ms") or 0.0, 0.0)
         for path in _kernel_paths(baseline_test, current_test):
@@ -306,11 +367,31 @@ def compare_tests(thresholds: Sequence[Threshold], baseline_test: dict[str, Any]
                 continue  # a kernel too small to gate: its noise is most of its time
             each = Threshold(path, t.direction, t.amount, t.unit, t.text)
             if before and now:
-                out.append(assess(each, before, now))
+                out.append(judged(each, before, now))
             else:
                 found: Finding = "appeared" if now else "vanished"
                 out.append(Change(each, found, _median(before), _median(now)))
     return out
+
+
+def _in_cycles(
+    change: Change, before: list[float], now: list[float], baseline_test: dict[str, Any], current_test: dict[str, Any]
+) -> Change:
+    """A kernel time's regression confirmed in cycles where both SM clocks are known: the
+    current times at the baseline's clock (time x clock / baseline clock). A change the
+    clock explains reads ``clock``, naming both, never ``regression``."""
+    metric = change.threshold.metric
+    if metric != "kernel_ms" and not (metric.startswith("kernels.") and metric.endswith(".total_ms")):
+        return change
+    f_before = value_at(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    f_now = value_at(current_test.get("metrics", {}), "nvml.sm_clock_mhz")
+    if not f_before or not f_now or f_before == f_now:
+        return change
+    cycles = assess(change.threshold, before, [v * f_now / f_before for v in now], change.spread)
+    clocks = f"SM clock {f_before:.0f} MHz in the baseline, {f_now:.0f} MHz now"
+    if cycles.finding == "regression":
+        return replace(change, clock=f"{clocks}; a regression in cycles too")
+    return replace(change, finding="clock", clock=f"{clocks}: in cycles, {cycles.finding}")
 
 
 def _kernel_paths(*tests: dict[str, Any]) -> list[str]:

@@ -49,7 +49,7 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
             "*utilization: baseline *% -> *% (-*pt*limit utilization:-5pt*): regression",
         ]
     )
-    p_values = [float(p) for p in re.findall(r"Mann-Whitney p=([0-9.e-]+)\): regression", result.stdout.str())]
+    p_values = [float(p) for p in re.findall(r"Mann-Whitney p=([0-9.e-]+)[;)].*: regression", result.stdout.str())]
     assert p_values and all(p < 0.05 for p in p_values)
     result.stdout.re_match_lines(
         [r"GPU REGRESSION test_slowed_test_fails_with_both_figures_and_the_rest_pass.py::test_slowed"]

@@ -1,0 +1,64 @@
+"""The run as the unit, end to end on the host backend's virtual clock: runs whose level
+moves by up to 3% from run to run, as on any virtual machine (the level seeded), gated
+against ten saved main runs."""
+
+import random
+import re
+
+import pytest
+
+SUITE = """
+import os
+
+def test_kernels(gpuprof, gpu_workload):
+    level = float(os.environ["GPUPROF_LEVEL"])
+    gpuprof.measure(lambda: gpu_workload.compute(ms=4 * level), rounds=5, warmup=0)
+"""
+
+
+@pytest.fixture
+def levels():
+    rng = random.Random(2026)
+    return lambda: 1 + rng.uniform(-0.03, 0.03)
+
+
+def _run(pytester, monkeypatch, level, *args):
+    monkeypatch.setenv("GPUPROF_LEVEL", repr(level))
+    return pytester.runpytest("-p", "no:randomly", *args)
+
+
+def test_unchanged_runs_pass_and_a_ten_percent_slowdown_fails(pytester, monkeypatch, levels):
+    pytester.makepyfile(test_level=SUITE)
+    for _ in range(10):
+        _run(pytester, monkeypatch, levels(), "--gpu-save=main").assert_outcomes(passed=1)
+    failed = {"main": 0, "main~10": 0}
+    for _ in range(20):
+        level = levels()
+        for compare, gate in (("main", "kernel_ms:+2%"), ("main~10", "kernel_ms:+1%")):
+            result = _run(pytester, monkeypatch, level, f"--gpu-compare={compare}", f"--gpu-compare-fail={gate}")
+            failed[compare] += result.ret == pytest.ExitCode.TESTS_FAILED
+            line = next(line for line in result.stdout.lines if line.strip().startswith("kernel_ms: baseline"))
+            assert re.search(r"between runs sd \d+\.\d+ over 10 runs, smallest detectable change \d+\.\d+ \(\d", line)
+    assert failed["main"] <= 1 and failed["main~10"] <= 1, failed
+    caught = sum(
+        _run(pytester, monkeypatch, levels() * 1.10, "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+2%").ret
+        == pytest.ExitCode.TESTS_FAILED
+        for _ in range(10)
+    )
+    assert caught >= 9
+
+
+def test_the_rounds_alone_would_have_failed_unchanged_runs(pytester, monkeypatch, levels):
+    """The check can fail: against a single saved run (spread unknown, the rounds decide
+    alone, as every comparison did before) the same unchanged runs fail far more often, and
+    each line says that the spread is unknown."""
+    pytester.makepyfile(test_level=SUITE)
+    _run(pytester, monkeypatch, levels(), "--gpu-save=main").assert_outcomes(passed=1)
+    failed = 0
+    for _ in range(20):
+        result = _run(pytester, monkeypatch, levels(), "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+2%")
+        failed += result.ret == pytest.ExitCode.TESTS_FAILED
+        result.stdout.fnmatch_lines(
+            ["*kernel_ms: *between-run spread unknown (1 baseline run): the rounds decide alone*"]
+        )
+    assert failed >= 3
