@@ -6,12 +6,13 @@ gpuprof merge A B ... -o OUT
 gpuprof history [--storage URL] [--machine ID] [--test PATTERN] [--metric M] [-o FILE.html]
 gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
 gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
+gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] -- [PYTEST ARGS]
 
 A REPORT is a file or a store's URL (s3://bucket/prefix/MACHINE/...json); BASE may also be
 a baseline name of the store (NAME, NAME~K, latest).
 
-Exit codes: 0 done, 1 a clear regression (compare), 2 a report or argument that cannot
-be used (the message names it).
+Exit codes: 0 done, 1 a clear regression (compare, ab), 2 a report, argument or run that
+cannot be used (the message names it).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export):
+    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export, _add_ab):
         add(commands)
     return parser
 
@@ -308,6 +309,54 @@ def _add_export(commands: Commands) -> None:
     p.add_argument("-o", "--output", type=Path, default=None, help="a file (default: print)")
 
 
+def _add_ab(commands: Commands) -> None:
+    p = commands.add_parser(
+        "ab",
+        help="run the base revision and this tree in turns; exit 1 on a clear regression",
+        description="check out REF in a temporary git worktree and run the same pytest arguments in it and in "
+        "this tree in turns (pairs of fresh processes on one runner, the side that starts each pair random); "
+        "compare each test's runs pair by pair and print each effect with its 90% interval and the smallest "
+        "detectable change; exit 1 on a clear regression under --fail, 0 otherwise, 2 on an error",
+    )
+    p.add_argument(
+        "--base", required=True, metavar="REF", help="the git revision to compare with (main, HEAD~1, a sha)"
+    )
+    p.add_argument("--pairs", type=_positive, default=5, metavar="N", help="pairs of runs (default 5)")
+    p.add_argument(
+        "--max-pairs", type=_positive, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
+    )
+    p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what fails: as --gpu-compare-fail")
+    p.add_argument("--report", type=Path, default=None, metavar="FILE", help="the effects as JSON")
+    p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair (reproducible runs)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then pytest's arguments")
+
+
+def _ab(args: argparse.Namespace) -> int:
+    from pytest_gpuprof.baselines import ab
+
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.report is not None:
+        _output(args.report)
+    outcome = ab.ab(
+        args.base,
+        pytest_args,
+        pairs=args.pairs,
+        max_pairs=args.max_pairs,
+        fail=args.fail,
+        seed=args.seed,
+        say=lambda line: print(line, file=sys.stderr),
+    )
+    print("\n".join(outcome.lines()))
+    try:
+        ab.report(outcome, args.report)
+    except OSError as e:
+        raise BaselineError(f"--report / $GITHUB_STEP_SUMMARY: cannot write: {e.strerror or e}") from None
+    if outcome.regressions:
+        print(f"gpuprof ab: {len(outcome.regressions)} clear regression(s) under --fail={args.fail}")
+        return 1
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -320,6 +369,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _prune(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "ab":
+            return _ab(args)
         if args.command == "compare":
             new = load(args.new)
             gate = _gate(args, new)
@@ -347,6 +398,7 @@ def _main(argv: Sequence[str] | None) -> int:
             "history": lambda: [args.storage],
             "prune": lambda: [args.storage],
             "export": lambda: [args.report],
+            "ab": lambda: [args.base],
         }[args.command]()
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)

@@ -336,3 +336,24 @@ def test_the_sm_clock_is_a_metric_like_any_other():
     )
     assert nvml is not None and nvml.sm_clock_mhz == 1840.0
     assert parse_thresholds("nvml.sm_clock_mhz:-5%")[0].metric == "nvml.sm_clock_mhz"
+
+
+def _at_clock(ms, mhz):
+    return {
+        "nodeid": "t",
+        "metrics": {"kernel_ms": ms, "nvml": {"sm_clock_mhz": mhz}},
+        "rounds": {"kernel_ms": {"samples": [ms] * 5}},
+    }
+
+
+def test_a_kernel_time_the_sm_clock_explains_reads_clock_naming_both_clocks():
+    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+
+    gate = parse_thresholds("kernel_ms:+2%")
+    (slower_clock,) = compare_tests(gate, _at_clock(10.0, 1980), _at_clock(11.0, 1800))
+    assert slower_clock.finding == "clock"
+    assert "SM clock 1980 MHz in the baseline, 1800 MHz now: in cycles, unchanged" in slower_clock.describe()
+    (slower_code,) = compare_tests(gate, _at_clock(10.0, 1980), _at_clock(12.0, 1800))
+    assert slower_code.finding == "regression" and "a regression in cycles too" in slower_code.describe()
+    (same_clock,) = compare_tests(gate, _at_clock(10.0, 1980), _at_clock(11.0, 1980))
+    assert same_clock.finding == "regression" and same_clock.clock is None

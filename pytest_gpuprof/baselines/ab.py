@@ -1,0 +1,341 @@
+"""``gpuprof ab``: the base revision and the current tree measured in turns, on one runner.
+
+A stored baseline is another process, usually on another runner, days ago: its level is
+not this one's. An A/B run takes the runner out of the comparison. It checks REF out in a
+temporary git worktree and runs the same pytest arguments in the base tree and in the
+current one, in pairs (each run a fresh process on the same GPU, the side that starts a pair
+random), and compares each test's runs pair by pair: the effect of a metric is the mean of
+the pairs' differences (relative for ``%`` thresholds), its interval the 90% interval of
+that mean (Student's t over the pairs), and a regression is an interval wholly beyond the
+threshold. What moves both sides of a pair (a slow runner, a warm cache) cancels. A test
+whose interval holds its threshold gets more pairs of its own, up to ``--max-pairs``.
+Kernel times are compared in cycles where both sides' SM clocks are known.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_gpuprof.analysis.run_spread import POWER, t_quantile
+from pytest_gpuprof.baselines.records import BaselineError, clean, load
+from pytest_gpuprof.output.files import write_atomic
+from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
+from pytest_gpuprof.verdict.samples import samples_of, value_at
+
+Side = Literal["base", "current"]
+Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]
+# the interval of an effect: 90%, so that each of its ends is a one-sided 95% bound
+CONFIDENCE = 0.95
+
+
+class AbError(BaselineError):
+    """A run that could not be made: git, the worktree, a pytest that did not finish."""
+
+
+@dataclass
+class Runs:
+    """Each test's figures, run by run, on both sides (a run's figure is its rounds' median)."""
+
+    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, base: dict[str, Any], current: dict[str, Any]) -> None:
+        ours = {t["nodeid"]: t for t in current["tests"] if "crashed" not in t}
+        for test in base["tests"]:
+            if test["nodeid"] in ours and "crashed" not in test:
+                self.pairs.setdefault(test["nodeid"], []).append((test, ours[test["nodeid"]]))
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One metric of one test over the pairs: the mean difference (worse positive, in the
+    threshold's unit: a fraction for ``%``, points for ``pt``, ms for ``ms``), its interval,
+    the smallest change the pairs can detect, and the verdict."""
+
+    nodeid: str
+    metric: str
+    threshold: Threshold
+    pairs: int
+    effect: float | None
+    low: float | None
+    high: float | None
+    detectable: float | None
+    verdict: Verdict
+    note: str = ""
+
+    def line(self) -> str:
+        what = f"{self.nodeid}: {self.metric}"
+        if self.effect is None:
+            return f"{what}: {self.note or 'not measured on both sides'}"
+        shown = _shown(self.threshold)
+        detect = f"; smallest detectable change {shown(self.detectable, False)}" if self.detectable is not None else ""
+        interval = f"[{shown(self.low)} .. {shown(self.high)}]" if self.low is not None else "[one pair: no interval]"
+        note = f" ({self.note})" if self.note else ""
+        return (
+            f"{what}: effect {shown(self.effect)} {interval} over {self.pairs} pairs{detect}; "
+            f"limit {self.threshold.text}: {self.verdict}{note}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodeid": self.nodeid,
+            "metric": self.metric,
+            "threshold": self.threshold.text,
+            "pairs": self.pairs,
+            "effect": self.effect,
+            "low": self.low,
+            "high": self.high,
+            "detectable": self.detectable,
+            "verdict": self.verdict,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+def _shown(t: Threshold) -> Callable[..., str]:
+    def shown(v: float | None, signed: bool = True) -> str:
+        if v is None:
+            return "?"
+        sign = "+" if signed else ""
+        if t.unit == "%":
+            return f"{100 * v:{sign}.2f}%"
+        if t.unit == "pt":
+            return f"{100 * v:{sign}.2f}pt"
+        return f"{v:{sign}.3f} ms"
+
+    return shown
+
+
+def _kernel_metric(metric: str) -> bool:
+    return metric == "kernel_ms" or (metric.startswith("kernels.") and metric.endswith(".total_ms"))
+
+
+def _difference(t: Threshold, path: str, base: dict[str, Any], current: dict[str, Any], cycles: bool) -> float | None:
+    """One pair's change of ``path``, worse positive, in the threshold's unit; ``cycles``:
+    the current side's kernel time at the base side's SM clock."""
+    before, now = samples_of(base, path), samples_of(current, path)
+    if not before or not now:
+        return None
+    b, c = statistics.median(before), statistics.median(now)
+    if cycles:
+        f_base = value_at(base.get("metrics", {}), "nvml.sm_clock_mhz")
+        f_now = value_at(current.get("metrics", {}), "nvml.sm_clock_mhz")
+        if not f_base or not f_now:
+            return None
+        c = c * f_now / f_base
+    change = t.direction * (c - b)
+    if t.unit == "%":
+        return change / abs(b) if b else None
+    return change
+
+
+def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> Effect:
+    """The metric's effect over the pairs, and its verdict against ``t``."""
+    limit = t.amount / 100 if t.unit in ("%", "pt") else t.amount
+    diffs = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=False)) is not None]
+    if not diffs:
+        return Effect(nodeid, path, t, 0, None, None, None, None, "missing")
+    mean, n = statistics.fmean(diffs), len(diffs)
+    if n < 2:
+        verdict: Verdict = "unsure" if abs(mean) > limit else "unchanged"
+        return Effect(nodeid, path, t, n, mean, None, None, None, verdict)
+    half = t_quantile(CONFIDENCE, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    detectable = (t_quantile(CONFIDENCE, n - 1) + t_quantile(POWER, n - 1)) * statistics.stdev(diffs) / math.sqrt(n)
+    low, high = mean - half, mean + half
+    if low > limit:
+        verdict = "regression"
+    elif high < -limit:
+        verdict = "improvement"
+    elif high <= limit and low >= -limit:
+        verdict = "unchanged"
+    else:
+        verdict = "unsure"
+    note = ""
+    if verdict == "regression" and _kernel_metric(path):
+        cycles = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=True)) is not None]
+        if len(cycles) == n:
+            low_cycles = statistics.fmean(cycles) - t_quantile(CONFIDENCE, n - 1) * statistics.stdev(
+                cycles
+            ) / math.sqrt(n)
+            if low_cycles <= limit:
+                verdict, note = "clock", "the SM clocks of the pairs explain it: in cycles, within the limit"
+            else:
+                note = "a regression in cycles too"
+    return Effect(nodeid, path, t, n, mean, low, high, detectable, verdict, note)
+
+
+def effects(runs: Runs, thresholds: Sequence[Threshold]) -> list[Effect]:
+    """Every test's effect for every threshold (``kernels`` for each kernel of the test)."""
+    out = []
+    for nodeid, pairs in sorted(runs.pairs.items()):
+        for t in thresholds:
+            if t.metric != KERNELS:
+                out.append(effect(nodeid, t.metric, t, pairs))
+                continue
+            names = {k for b, c in pairs for side in (b, c) for k in side.get("metrics", {}).get("kernel_totals") or {}}
+            for name in sorted(names):
+                path = f"kernels.{name}.total_ms"
+                out.append(effect(nodeid, path, Threshold(path, t.direction, t.amount, t.unit, t.text), pairs))
+    return out
+
+
+# --- running the two trees
+
+
+def _git(args: Sequence[str], cwd: Path) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise AbError(f"git {' '.join(args)}: {e}") from None
+    if done.returncode != 0:
+        raise AbError(f"git {' '.join(args)}: {clean(done.stderr.strip() or done.stdout.strip())[:300]}")
+    return done.stdout.strip()
+
+
+@contextmanager
+def worktree(ref: str, cwd: Path) -> Iterator[tuple[Path, Path, str]]:
+    """The current tree's root, a temporary worktree of ``ref`` and ``ref``'s commit;
+    the worktree removed at the end, whatever happened."""
+    root = Path(_git(["rev-parse", "--show-toplevel"], cwd))
+    commit = _git(["rev-parse", "--verify", f"{ref}^{{commit}}"], root)
+    folder = Path(tempfile.mkdtemp(prefix="gpuprof-ab-"))
+    base = folder / "base"
+    _git(["worktree", "add", "--detach", str(base), commit], root)
+    try:
+        yield root, base, commit
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=root, capture_output=True, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_pytest(tree: Path, relative: Path, args: Sequence[str], report: Path) -> dict[str, Any]:
+    """One fresh pytest process in ``tree`` (at the caller's folder within it), its code
+    first on the path; its report. Failed tests are figures too; a run that ended without
+    a report (a usage error, a crash) is an error naming the tree."""
+    env = dict(os.environ)
+    paths = [str(tree), *([str(tree / "src")] if (tree / "src").is_dir() else [])]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+    command = [sys.executable, "-m", "pytest", *args, f"--gpu-report={report}"]
+    done = subprocess.run(command, cwd=tree / relative, env=env, capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 1) or not report.is_file():
+        tail = clean("\n".join((done.stdout + done.stderr).strip().splitlines()[-5:]))
+        raise AbError(f"pytest in {tree} exited {done.returncode} without a report: {tail}")
+    return load(report)
+
+
+@dataclass
+class Outcome:
+    """What ``ab`` found: every effect, the pairs run, the base commit."""
+
+    base: str
+    commit: str
+    pairs: int
+    effects: list[Effect]
+    gating: tuple[Threshold, ...]
+
+    @property
+    def regressions(self) -> list[Effect]:
+        gates = {t.text for t in self.gating}
+        return [e for e in self.effects if e.verdict == "regression" and e.threshold.text in gates]
+
+    def lines(self) -> list[str]:
+        head = f"gpuprof ab: {self.pairs} pairs of runs, base {self.base} ({self.commit[:12]}) against the current tree"
+        return [head, *(f"  {e.line()}" for e in self.effects)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "commit": self.commit,
+            "pairs": self.pairs,
+            "fail": [t.text for t in self.gating],
+            "regressions": [e.to_dict() for e in self.regressions],
+            "effects": [e.to_dict() for e in self.effects],
+        }
+
+    def markdown(self) -> str:
+        rows = [
+            f"| `{e.nodeid}` | {e.metric} | {_shown(e.threshold)(e.effect)} | "
+            f"{_shown(e.threshold)(e.low)} .. {_shown(e.threshold)(e.high)} | {e.pairs} | {e.verdict} |"
+            for e in self.effects
+        ]
+        return "\n".join(
+            [
+                f"### gpuprof ab: base `{self.base}` ({self.commit[:12]}) against this tree, {self.pairs} pairs",
+                "",
+                "| test | metric | effect | 90% interval | pairs | verdict |",
+                "|---|---|---|---|---|---|",
+                *rows,
+                "",
+            ]
+        )
+
+
+def ab(
+    ref: str,
+    pytest_args: Sequence[str],
+    pairs: int = 5,
+    max_pairs: int | None = None,
+    fail: str | None = None,
+    seed: int | None = None,
+    cwd: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> Outcome:
+    """Run ``pytest_args`` in ``pairs`` pairs of base and current runs; add pairs of each
+    unsure test alone up to ``max_pairs``."""
+    from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, with_listed_kernels
+
+    gating = tuple(parse_thresholds(fail)) if fail else ()
+    thresholds = with_listed_kernels(gating or parse_thresholds(DEFAULT_THRESHOLDS))
+    cwd = Path.cwd() if cwd is None else cwd
+    max_pairs = max(max_pairs or 2 * pairs, pairs)
+    order = random.Random(seed)
+    runs = Runs()
+    with worktree(ref, cwd) as (root, base, commit), tempfile.TemporaryDirectory(prefix="gpuprof-ab-") as scratch:
+        relative = cwd.resolve().relative_to(root.resolve())
+        trees: dict[Side, Path] = {"base": base, "current": root}
+        made = 0
+
+        def pair(args: Sequence[str]) -> None:
+            nonlocal made
+            made += 1
+            sides: list[Side] = ["base", "current"]
+            order.shuffle(sides)
+            reports = {}
+            for side in sides:
+                say(f"gpuprof ab: pair {made}, {side} ({trees[side]})")
+                reports[side] = run_pytest(trees[side], relative, args, Path(scratch, f"{made}-{side}.json"))
+            runs.add(reports["base"], reports["current"])
+
+        for _ in range(pairs):
+            pair(pytest_args)
+
+        def unsure(nodeid: str) -> bool:
+            return any(e.verdict == "unsure" for e in effects(Runs({nodeid: runs.pairs[nodeid]}), gating or thresholds))
+
+        for nodeid in sorted(runs.pairs):
+            others = [f"--deselect={n}" for n in runs.pairs if n != nodeid]  # that test alone
+            while len(runs.pairs[nodeid]) < max_pairs and unsure(nodeid):
+                pair([*pytest_args, *others])
+    total = max((len(p) for p in runs.pairs.values()), default=0)
+    return Outcome(ref, commit, total, effects(runs, thresholds), gating)
+
+
+def report(outcome: Outcome, path: Path | None) -> None:
+    """``--report FILE`` and ``$GITHUB_STEP_SUMMARY`` (appended, as every step's is)."""
+    if path is not None:
+        write_atomic(path, json.dumps(outcome.to_dict(), indent=2) + "\n")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(outcome.markdown())
