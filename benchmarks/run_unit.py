@@ -1,0 +1,141 @@
+"""The run as the unit on a GPU: unchanged PyTorch and JAX tests, saved as main N times and
+then compared M times, each run a fresh process, under the gate a pull request would use.
+
+``python benchmarks/run_unit.py [--saves 6] [--compares 6] [--out DIR]``
+
+Prints, per test, how many of the compared runs failed, each run's medians and every
+comparison line of the gated metrics (the spread between runs and the smallest detectable
+change they state). The PyTorch test is launch-bound (6 Linear layers, 200 forwards a
+round); the JAX test a jitted matmul loop. ``--fail`` sets the gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GATE = "wall_ms:+2%,utilization:-2pt,kernel_ms:+1%,kernels:+1%"
+
+TORCH = """
+import pytest
+
+def test_torch_launch_bound(gpuprof):
+    torch = pytest.importorskip("torch")
+    layers = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)]).cuda()
+    x = torch.randn(64, 256, device="cuda")
+
+    def body():
+        with torch.no_grad():
+            for _ in range(200):
+                layers(x)
+        torch.cuda.synchronize()
+
+    gpuprof.measure(body, rounds=5, warmup=1)
+"""
+
+JAX = """
+import pytest
+
+def test_jax_loop(gpuprof):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    step = jax.jit(lambda a: jnp.tanh(a @ a) * 0.5)
+    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), dtype=jnp.float32)
+    step(a).block_until_ready()
+
+    def body():
+        b = a
+        for _ in range(20):
+            b = step(b)
+        b.block_until_ready()
+
+    gpuprof.measure(body, rounds=5, warmup=1)
+"""
+
+
+def _plugin_args() -> list[str]:
+    """Load the plugin by name where it is not installed (the GPU machine's checkout)."""
+    installed = any(e.name == "gpuprof" for e in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_gpuprof.plugin"]
+
+
+def _pytest(folder: Path, *args: str) -> tuple[int, str]:
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    command = [sys.executable, "-m", "pytest", ".", "-q", "-p", "no:cacheprovider", *_plugin_args(), *args]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def run(saves: int, compares: int, gate: str, out: Path) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="gpuprof-run-unit-"))
+    (folder / "test_torch.py").write_text(TORCH)
+    (folder / "test_jax.py").write_text(JAX)
+    store = folder / "store"
+    started = time.time()
+    results: dict = {"gate": gate, "saves": [], "compares": []}
+    for i in range(saves):
+        rc, text = _pytest(folder, f"--gpu-storage={store}", "--gpu-save=main", f"--gpu-report=s{i}.json")
+        saved = "baseline saved" in text
+        print(f"save {i + 1}: exit {rc}, {'saved' if saved else 'NOT SAVED'}", flush=True)
+        if not saved:
+            print(text[-3000:])
+        results["saves"].append(_medians(folder / f"s{i}.json"))
+    for i in range(compares):
+        rc, text = _pytest(
+            folder,
+            f"--gpu-storage={store}",
+            "--gpu-compare=main",
+            f"--gpu-compare-fail={gate}",
+            f"--gpu-report=c{i}.json",
+        )
+        report = json.loads((folder / f"c{i}.json").read_text())
+        outcomes = {t["nodeid"]: t["outcome"] for t in report["tests"]}
+        lines = [line.strip() for line in text.splitlines() if "between" in line or ": regression" in line]
+        print(f"compare {i + 1}: exit {rc}, {outcomes}", flush=True)
+        for line in lines:
+            print(f"    {line}")
+        results["compares"].append({"outcomes": outcomes, "medians": _medians(folder / f"c{i}.json"), "lines": lines})
+    failed: dict[str, int] = {}
+    for c in results["compares"]:
+        for nodeid, outcome in c["outcomes"].items():
+            failed[nodeid] = failed.get(nodeid, 0) + (outcome == "failed")
+    results["failed"] = failed
+    results["seconds"] = round(time.time() - started, 1)
+    print(f"failed of {compares} unchanged compared runs: {failed} ({results['seconds']} s)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run_unit.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def _medians(path: Path) -> dict[str, dict[str, float]]:
+    out = {}
+    for t in json.loads(path.read_text())["tests"]:
+        rounds = t.get("rounds", {})
+        out[t["nodeid"]] = {
+            m: sorted(rounds[m]["samples"])[len(rounds[m]["samples"]) // 2]
+            for m in ("wall_ms", "kernel_ms", "utilization")
+            if m in rounds
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--saves", type=int, default=6)
+    parser.add_argument("--compares", type=int, default=6)
+    parser.add_argument("--fail", default=GATE)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    args = parser.parse_args(argv)
+    run(args.saves, args.compares, args.fail, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
