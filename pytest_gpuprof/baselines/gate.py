@@ -73,6 +73,12 @@ def machine_differences(theirs: dict[str, Any], ours: dict[str, Any]) -> list[st
     ]
 
 
+def changed(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between two environments (``capture.environment``), a phrase each
+    (``torch 2.10.0 -> 2.11.0``); a library loaded on one side only is not a change of it."""
+    return [f"{k} {before[k]} -> {now[k]}" for k in sorted(set(before) & set(now)) if before[k] != now[k]]
+
+
 class Gate:
     """The baseline of one run (or one ``gpuprof compare``) and each test's comparison.
 
@@ -140,10 +146,11 @@ class Gate:
         chosen = f"{reference.why}{'; ' + source if source else ''}"
         return cls(reference, gating, chosen, note)
 
-    def compare(self, nodeid: str, test: dict[str, Any]) -> Comparison:
-        """``test`` (its report entry) against its baseline entry. A baseline entry that
-        cannot be compared (a damaged field) leaves the test's outcome its own: the
-        comparison says why and gates nothing."""
+    def compare(self, nodeid: str, test: dict[str, Any], environment: dict[str, Any] | None = None) -> Comparison:
+        """``test`` (its report entry) against its baseline entry; ``environment``: what else
+        changes kernels, as it is now (a change of it is named beside the verdict). A
+        baseline entry that cannot be compared (a damaged field) leaves the test's outcome
+        its own: the comparison says why and gates nothing."""
         try:
             found = self.reference.entry(nodeid)
         except BaselineError as e:  # a record the store could not give
@@ -163,5 +170,8 @@ class Gate:
             # a field ``entry_problem`` does not know of, of the wrong shape: named, never a crash
             why = f"{held.where}: a field of the wrong shape ({type(e).__name__}: {records.clean(str(e))[:200]})"
             return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
+        moved = changed(dict(held.environment), environment or {})
         notes = [n for n in (self.note, clock_note(base, test)) if n]
+        if moved:
+            notes.append(f"the environment changed: {', '.join(moved)}")
         return Comparison(nodeid, "compared", tuple(changes), self.gating, held.record, "; ".join(notes) or None)

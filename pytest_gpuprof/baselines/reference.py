@@ -41,6 +41,7 @@ class Source:
     commit: str
     branch: str
     pooled: int
+    environment: Mapping[str, Any] = field(default_factory=dict)  # what else changes kernels, then
 
     @property
     def record(self) -> dict[str, Any]:
@@ -96,7 +97,12 @@ class Reference:
         def text(key: str) -> str:
             return clean(str(record.get(key) or ""))
 
-        return Source(where, clean(name), text("created"), text("commit"), text("branch"), pooled)
+        machine = record.get("machine")
+        environment = machine.get("environment") if isinstance(machine, dict) else None
+        environment = (
+            {clean(str(k)): clean(str(v)) for k, v in environment.items()} if isinstance(environment, dict) else {}
+        )
+        return Source(where, clean(name), text("created"), text("commit"), text("branch"), pooled, environment)
 
     def entry(self, nodeid: str) -> tuple[dict[str, Any], Source] | None:
         """The test's entry and which record it came from (how many runs it pools);

@@ -61,7 +61,7 @@ _RECORD = re.compile(
 # an unreachable endpoint fails in seconds, not botocore's minute a try
 S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
 # beyond botocore's attempts, a call's own margin (its event loop, DNS, the TLS handshake)
-DEADLINE_MARGIN_S = 5.0
+DEADLINE_MARGIN_S = 2.0
 # a partial file of a save or a pack older than this was left by a writer that died
 STALE_TMP_S = 15 * 60
 

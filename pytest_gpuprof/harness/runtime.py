@@ -39,6 +39,7 @@ class DeviceRuntime:
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
         self._machine: dict[str, Any] | None = None
+        self._device_facts: dict[str, str] | None = None  # the GPU's hashed UUID and power limit, read once
         if settings.configured:
             self.select()
 
@@ -257,6 +258,16 @@ class DeviceRuntime:
             self.config.hook.pytest_gpuprof_machine_info(config=self.config, machine=record)
             self._machine = record
         return dict(self._machine)
+
+    def environment(self) -> dict[str, str]:
+        """What besides the code changes kernel times, as it is now (``capture.environment``):
+        the loaded libraries read each time, the device's facts once."""
+        from pytest_gpuprof.capture import environment
+
+        if self._device_facts is None and self.kind.gpu and self._backend is not None:
+            self._device_facts = environment.device_facts(self.device_index)
+        clock = {"host clock": "virtual" if self.virtual else "real"}
+        return {**environment.loaded_versions(), **(self._device_facts or {}), **clock}
 
     def close(self) -> None:
         if "sampler" in self.__dict__ and self.sampler is not None:

@@ -140,7 +140,8 @@ class GpuSession:
         record = result.record
         regression = None
         if self.gate is not None:
-            comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict())
+            environment = self.runtime.environment()
+            comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict(), environment)
             record.comparisons = [c.to_dict() for c in comparison.changes]
             record.baseline = comparison.record()
             record.regressions = comparison.labels
@@ -238,7 +239,8 @@ class GpuSession:
         kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
         per_file = [f for f in FILES if f.where(self.settings) is not None]
         compare = result.comparison.lines() if result.comparison is not None else []
-        return record.view(result, compare, self.runtime.machine(), per_file)
+        machine = {**self.runtime.machine(), "environment": self.runtime.environment()}
+        return record.view(result, compare, machine, per_file)
 
     def load_baseline(self) -> None:
         """The baseline this run compares with (``baselines.gate``); a usage error where it

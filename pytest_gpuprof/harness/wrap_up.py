@@ -68,6 +68,11 @@ class Outputs:
         ]
         machines = [v.machine for v in views.values()]
         merged = dict(machines[0]) if machines else machine()
+        environment: dict[str, Any] = {}
+        for m in machines:  # each process's loaded libraries (xdist workers may differ)
+            environment = {**m.get("environment", {}), **environment}
+        if environment:
+            merged["environment"] = environment
         devices = sorted({t["device"] for t in tests if "device" in t})
         if devices:
             merged["devices"] = devices

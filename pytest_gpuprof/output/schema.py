@@ -151,6 +151,8 @@ def report_schema() -> dict[str, Any]:
                     "id": {"type": "string", "minLength": 1},
                     "backend": {"enum": ["cuda", "host"]},
                     "clock": {"enum": ["real", "virtual"]},
+                    # what besides the code changes kernel times: library versions, power limit, GPU
+                    "environment": {"type": "object", "additionalProperties": {"type": "string"}},
                     "devices": {"type": "array", "items": {"type": "integer", "minimum": 0}},
                 },
             },

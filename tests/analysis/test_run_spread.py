@@ -50,14 +50,14 @@ def _simulate(rng, runs, pooled, slowdown_in_detectables):
     return alarms / SIMULATED
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(runs=st.integers(3, 12), pooled=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**32 - 1))
 def test_unchanged_runs_raise_false_alarms_within_the_stated_level(runs, pooled, seed):
     rate = _simulate(np.random.default_rng(seed), runs, min(pooled, runs), 0.0)
     assert rate <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / SIMULATED)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(runs=st.integers(3, 12), pooled=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**32 - 1))
 def test_a_slowdown_of_the_smallest_detectable_change_is_found_nine_times_in_ten(runs, pooled, seed):
     rate = _simulate(np.random.default_rng(seed), runs, min(pooled, runs), 1.0)

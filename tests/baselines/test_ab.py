@@ -78,7 +78,7 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
 
 def test_the_same_code_passes_whatever_the_runner_does(repo, monkeypatch, capsys):
     monkeypatch.setenv("GPUPROF_OFFSET", "1.08")
-    rc = cli.main(["ab", "--base", "HEAD", "--pairs", "5", "--seed", "2", "--fail", "kernel_ms:+2%,kernels:+2%", "--"])
+    rc = cli.main(["ab", "--base", "HEAD", "--pairs", "3", "--seed", "2", "--fail", "kernel_ms:+2%,kernels:+2%", "--"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "regression" not in out.replace("kernels:+2%", "")

@@ -167,7 +167,19 @@ def test_the_gates_pages_workflow_examples_are_valid_yaml():
     import yaml
 
     readme = Path(__file__).parents[2].joinpath("docs", "gates.md").read_text()
-    sharded, cached = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    sharded, in_one_job, cached = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    (step,) = [
+        s["run"] for s in yaml.safe_load(in_one_job)["jobs"]["gpu-ab"]["steps"] if "gpuprof ab" in s.get("run", "")
+    ]
+    from pytest_gpuprof.cli import _parser
+
+    args = _parser().parse_args(step.replace("${{ github.base_ref }}", "main").split()[1:])
+    assert (
+        args.command == "ab"
+        and args.pairs == 5
+        and args.fail
+        and args.pytest_args[1:3] == ["tests/perf", "--gpu-rounds=9"]
+    )
     for block in (sharded, cached):
         workflow = yaml.safe_load(block)
         steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]

@@ -248,3 +248,34 @@ def test_gpuprof_compare_imports_no_pytest(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_baseline_records_its_environment_and_a_comparison_names_what_changed(suite, monkeypatch):
+    """Library versions, the GPU and its power limit change kernels besides the code: the
+    baseline keeps them, and a comparison across a change names it beside its verdict."""
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    (path,) = _stored(suite)
+    record = json.loads(path.read_text())
+    assert record["machine"]["environment"]["host clock"] == "virtual"
+    record["machine"]["environment"]["host clock"] = "sundial"  # as another torch version would be
+    path.write_text(json.dumps(record))
+    result = suite.runpytest("--gpu-compare=main", GATE)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*note: the environment changed: host clock sundial -> virtual"])
+
+
+def test_the_environment_names_the_loaded_libraries_only(monkeypatch):
+    import sys
+    import types
+
+    from pytest_gpuprof.baselines.gate import changed
+    from pytest_gpuprof.capture.environment import loaded_versions
+
+    for name in ("torch", "triton", "jax", "jaxlib", "cupy"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert loaded_versions() == {}
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="3.6.0"))
+    assert loaded_versions() == {"Triton": "3.6.0"}
+    assert changed({"Triton": "3.5.0", "JAX": "0.10"}, {"Triton": "3.6.0", "torch": "2.11"}) == [
+        "Triton 3.5.0 -> 3.6.0"
+    ]
