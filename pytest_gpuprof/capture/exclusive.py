@@ -46,7 +46,7 @@ class DeviceLock:
         the device, one of its own under that hold (``HELD``)."""
         path = self.path
         key, _, holder_pid = os.environ.get(HELD, "").partition(" ")
-        if key == self.key and holder_pid:
+        if key == self.key and holder_pid.isdigit():  # anything else is not this plugin's hold
             path = path.with_name(f"{path.stem}.under-{holder_pid}.lock")
         folder = path.parent
         if not folder.is_dir():

@@ -267,7 +267,7 @@ class File:
 
     def write(self, path: Path, text: str) -> None:
         if self.append:
-            with open(path, "a", encoding="utf-8") as f:
+            with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
                 f.write(text)
             return
         from pytest_gpuprof.output.files import write_atomic

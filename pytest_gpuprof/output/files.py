@@ -31,7 +31,8 @@ def written(folder: Path, text: str) -> Iterator[Path]:
         umask = os.umask(0)  # mkstemp makes the file private; these are ordinary files
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # a name read from the user's code may hold a lone surrogate: written escaped
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -643,3 +643,12 @@ def test_any_machine_takes_a_name_after_a_driver_update(url):
     assert gate.note == "baseline of another machine (driver 550.1 -> 580.2)"
     comparison = gate.compare("t", _report(_at(9))["tests"][0])
     assert comparison.status == "compared" and "another machine" in comparison.lines()[1]
+
+
+def test_an_unreachable_http_store_is_its_error_never_no_baseline():
+    from pytest_gpuprof.baselines.gate import Gate
+
+    port = _free_port()  # nothing listens on it
+    url = f"http://127.0.0.1:{port}/store"
+    with pytest.raises(store_module.StoreError, match=rf"^{url}: list: .*Connect"):
+        Gate.open("main", {"id": "host-aaa"}, (), url)

@@ -103,3 +103,17 @@ def test_the_command_line_wins_over_the_file_and_the_file_over_the_table(pyteste
     result.stdout.fnmatch_lines(["*SETTINGS rounds=7 warmup=3 nvtx=False storage=.gpuprof*"])
     result = pytester.runpytest("-s", "--gpu-rounds=2", "--gpu-nvtx=on")
     result.stdout.fnmatch_lines(["*SETTINGS rounds=2 warmup=1 nvtx=True storage=.gpuprof*"])
+
+
+def test_a_bad_step_summary_is_no_business_of_a_suite_that_does_not_use_the_plugin(pytester, monkeypatch):
+    """The CI's ``$GITHUB_STEP_SUMMARY`` pointing at a folder once refused every pytest run of
+    the environment (exit 4); a suite that never uses the plugin runs, and one that does says
+    at the end, once, that the summary could not be written."""
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a folder
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    pytester.runpytest("test_plain.py").assert_outcomes(passed=1)
+    pytester.makepyfile(test_gpu="def test_gpu(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    result = pytester.runpytest("test_gpu.py")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.stdout.str().count("gpuprof: could not write the step summary") == 1

@@ -429,3 +429,21 @@ def test_the_summary_shows_failures_first_and_counts_the_rest(pytester):
     assert len(json.loads(pytester.path.joinpath("r.json").read_text())["tests"]) == 301
     every = pytester.runpytest("--gpu-summary=all")
     assert sum(line.startswith("test_the_summary") and "::test_trivial[" in line for line in every.stdout.lines) == 300
+
+
+def test_a_step_name_with_a_lone_surrogate_is_written_escaped_in_every_file(pytester):
+    """A name read from the user's code may hold a lone surrogate: the CSV, the JSON and the
+    page are written (the name escaped), the summary shown, the baseline saved."""
+    pytester.makepyfile(
+        test_odd="""
+def test_odd(gpuprof, gpu_workload):
+    with gpuprof.step("up\\udc80load"):
+        gpu_workload.compute(ms=1)
+"""
+    )
+    result = pytester.runpytest("--gpu-csv=t.csv", "--gpu-report=r.json", "--gpu-html=p.html", "--gpu-save=main")
+    result.assert_outcomes(passed=1)
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["gpuprof: baseline saved as *"])
+    for name in ("t.csv", "r.json", "p.html"):
+        assert "udc80load" in (pytester.path / name).read_text(), name
