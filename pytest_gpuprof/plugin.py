@@ -264,6 +264,10 @@ class SessionHooks:
         finally:
             self._session.let_go()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._session.refused(item)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         session = self._session

@@ -2,14 +2,23 @@
 another process of this plugin: xdist workers, or another pytest run on the same host.
 
 An advisory ``flock`` on one file per device, keyed by what identifies the device on
-this host (a GPU's UUID), in a folder every process of every user sees. The kernel drops
-the lock when its holder exits, however it exits (SIGKILL included), so a dead worker
-never leaves a GPU locked. The holder writes who it is into the file, so a waiter can say
-whom it waited for. POSIX only, as CUDA's Linux is.
+this host (a GPU's UUID), in a sticky folder every user of the host shares, as ``/tmp``
+itself. The kernel drops the lock when its holder exits, however it exits (SIGKILL
+included), so a dead worker never leaves a GPU locked. Starting a process's backend (a
+CUDA context, CUPTI) is device work that must not land in another's window, but it does
+not disturb another start: starts take the lock shared (``starting``).
 
-Starting a process's backend (a CUDA context, CUPTI) is device work that must not land in
-another's window, but it does not disturb another start: starts take the lock shared
-(``starting``), so the workers of a run start side by side, and a window waits for them.
+Another user of the host is trusted with nothing (docs/design.md, "Threat model"):
+
+- the folder is used only when it is a real folder (no link), and sticky where another
+  user owns it or may write in it; otherwise it is refused with one line;
+- the lock file is opened without following a link (``O_NOFOLLOW``), checked to be a
+  regular file with one name, and never written: a planted link or hard link gets no byte;
+- who holds the device is read from the kernel (``/proc/locks``: the holder's pid, its
+  user) and from a file of the holder's own user (its test), never from a shared file;
+- anyone who can read the lock file can take it and hold it: so a wait is said at once,
+  naming the holder, and again every ``SAY_EVERY_S``, and it ends after the lock timeout
+  (``--gpu-lock-timeout``) with an error that names the holder.
 """
 
 from __future__ import annotations
@@ -17,10 +26,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import re
+import stat
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # one folder for every user of the host: sticky and world-writable, as /tmp itself
@@ -29,16 +41,133 @@ LOCKS = Path(tempfile.gettempdir()) / "pytest-gpuprof-locks"
 # test, a training script) inherit it, and take turns among themselves on a lock of their
 # own under that hold instead of waiting for the parent, which waits for them
 HELD = "PYTEST_GPUPROF_HELD"
+# how often a wait is said again
+SAY_EVERY_S = 30.0
+
+
+class LockError(OSError):
+    """A lock folder or file another user could have planted, refused; or a wait that ran
+    out: the message is the one line the run shows."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_folder(folder: Path) -> None:
+    """``folder`` as a place for the locks of every user: made sticky and world-writable
+    where it is not there; where it is, a real folder that no other user can swap files
+    in (sticky, or ours and writable by us alone)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    else:
+        with contextlib.suppress(OSError):
+            folder.chmod(0o1777)  # the mkdir mode passes through the umask
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise LockError(f"{folder}: not a folder (a link or a file another user may have planted): refusing to use it")
+    sticky = bool(info.st_mode & stat.S_ISVTX)
+    others_write = bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    ours = info.st_uid == os.geteuid()
+    if not sticky and (others_write or not ours):
+        raise LockError(
+            f"{folder}: owned by {_user(info.st_uid)} with mode {stat.S_IMODE(info.st_mode):o}: another user could "
+            "swap its files: refusing to use it (remove it, or point TMPDIR elsewhere)"
+        )
+
+
+def open_lock(path: Path) -> int:
+    """The lock file, opened (made where it is not there) without following a link, and
+    checked to be a regular file with one name; read-only: nothing is ever written to it."""
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o444)
+    except OSError as e:
+        raise LockError(
+            f"{path}: cannot open the GPU lock ({e.strerror}): a link or another user's file? refused"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise LockError(
+            f"{path}: not a plain file of its own (a link or a device another user may have planted): refused"
+        )
+    return fd
+
+
+def _who_path(lock: Path, uid: int) -> Path:
+    return lock.with_name(f"{lock.stem}.who-{uid}")
+
+
+def write_who(lock: Path, text: str) -> None:
+    """Say who holds the device in a file of this user's own (its test, for waiters of this
+    user and others to read; empty once the hold ends); a file of that name another user
+    planted is left alone."""
+    path = _who_path(lock, os.geteuid())
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode(errors="backslashreplace"), 0)
+    finally:
+        os.close(fd)
+
+
+def holder_of(fd: int, lock: Path) -> str:
+    """Who holds the lock on ``fd``'s file, from the kernel's table of locks: ``pid N (user
+    U): TEST`` (the test as the holder's user wrote it), or what could be read of it."""
+    info = os.fstat(fd)
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    pids = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "->" in fields or len(fields) < 6 or not fields[1] == "FLOCK":
+                continue
+            if fields[5] == device or fields[5].endswith(f":{info.st_ino}"):
+                pids.append(fields[4])
+    if not pids:
+        return "a process this one cannot see"
+    pid = pids[0]
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"pid {pid}"
+    test = ""
+    with contextlib.suppress(OSError):
+        said = _who_path(lock, uid).read_text(errors="replace").strip()
+        prefix, _, what = said.partition(": ")
+        if prefix == f"pid {pid}":
+            test = f": {what[:300]}"
+    return f"pid {pid} (user {_user(uid)}){test}"
 
 
 class DeviceLock:
-    """The exclusive hold of one device: ``acquire`` blocks until no other process of
-    this plugin holds it and returns how long that took."""
+    """The exclusive hold of one device: ``acquire`` waits until no other process of
+    this plugin holds it (saying so) and returns how long that took."""
 
-    def __init__(self, key: str, folder: Path = LOCKS) -> None:
+    def __init__(
+        self,
+        key: str,
+        folder: Path | None = None,
+        timeout_s: float = 600.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.key = key
-        self.path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
+        self.path = (LOCKS if folder is None else folder) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
+        self.timeout_s = timeout_s
+        self.say = say or (lambda line: None)
         self._fd: int | None = None
+        self._held_path: Path | None = None
         self._inherited: str | None = None  # HELD as this process found it
 
     def _path(self) -> Path:
@@ -48,48 +177,86 @@ class DeviceLock:
         key, _, holder_pid = os.environ.get(HELD, "").partition(" ")
         if key == self.key and holder_pid.isdigit():  # anything else is not this plugin's hold
             path = path.with_name(f"{path.stem}.under-{holder_pid}.lock")
-        folder = path.parent
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            try:
-                folder.chmod(0o1777)
-            except OSError:
-                pass  # made by another user, who set its mode
+        check_folder(path.parent)
         return path
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
+    def _wait(self, fd: int, path: Path, how: int) -> tuple[float, str]:
+        """Take the lock on ``fd`` (``how``: shared or exclusive); a wait said at once and
+        every ``SAY_EVERY_S``, ended by the timeout. The time waited (ms) and whom for.
+
+        The wait is the kernel's own (a blocking ``flock`` in a helper thread, on a second
+        descriptor of the same open file, so the lock it takes is ``fd``'s): polling would
+        lose the device to a holder that lets go and takes it again between its tests."""
+        start = time.monotonic()
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return 0.0, ""
+        except BlockingIOError:
+            pass
+        holder = holder_of(fd, path)
+        self.say(f"gpuprof: waiting for GPU {self.key}, held by {holder}")
+        second = os.dup(fd)
+        got, guard = threading.Event(), threading.Lock()
+        state = {"done": False, "cancelled": False}
+
+        def take() -> None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(second, how)
+            with guard:
+                state["done"] = True
+                if state["cancelled"]:  # given up on: its lock goes with its last descriptor
+                    os.close(second)
+            got.set()
+
+        threading.Thread(target=take, name="gpuprof-device-lock", daemon=True).start()
+        while not got.wait(max(0.0, min(SAY_EVERY_S, self.timeout_s - (time.monotonic() - start)))):
+            waited = time.monotonic() - start
+            if waited >= self.timeout_s:
+                with guard:
+                    if not state["done"]:
+                        state["cancelled"] = True
+                        raise LockError(
+                            f"gpuprof: waited {self.timeout_s:g} s for GPU {self.key}, held by "
+                            f"{holder_of(fd, path)}: giving up (--gpu-lock-timeout, lock_timeout in [tool.gpuprof])"
+                        )
+                break
+            self.say(
+                f"gpuprof: still waiting for GPU {self.key} ({waited:.0f} s of {self.timeout_s:g}), held by {holder_of(fd, path)}"
+            )
+        os.close(second)  # the lock stays with ``fd``: the same open file
+        return (time.monotonic() - start) * 1000, holder
+
     def acquire(self, who: str) -> tuple[float, str]:
-        """Hold the device; ``who`` is written for waiters to read. Returns the time waited
-        (ms) and, where it waited, whom for (as the holder wrote itself)."""
+        """Hold the device; ``who`` is said to waiters. Returns the time waited (ms) and,
+        where it waited, whom for."""
         if self._fd is not None:
             return 0.0, ""
         self._inherited = os.environ.get(HELD)
-        fd = os.open(self._path(), os.O_RDWR | os.O_CREAT, 0o666)
-        start = time.perf_counter_ns()
-        holder = ""
+        path = self._path()
+        fd = open_lock(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        waited_ms = (time.perf_counter_ns() - start) / 1e6
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {who}".encode(), 0)
-        self._fd = fd
+            waited_ms, holder = self._wait(fd, path, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        write_who(path, f"pid {os.getpid()}: {who}")
+        self._fd, self._held_path = fd, path
         os.environ[HELD] = f"{self.key} {os.getpid()}"
         return waited_ms, holder
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self._held_path is not None:
+                write_who(self._held_path, "")  # a waiter then names no test that has gone
             if self._inherited is None:
                 os.environ.pop(HELD, None)
             else:
                 os.environ[HELD] = self._inherited
-            os.ftruncate(fd, 0)  # a waiter then reads no holder that has gone
             os.close(fd)  # closing the descriptor drops the lock
 
     @contextlib.contextmanager
@@ -99,10 +266,10 @@ class DeviceLock:
         Not for a process that holds the device already (its own hold would block it)."""
         if self._fd is not None:
             raise RuntimeError("starting() while this process holds the device: it would wait for itself")
-        fd = os.open(self._path(), os.O_RDWR | os.O_CREAT, 0o666)
-        start = time.perf_counter_ns()
+        path = self._path()
+        fd = open_lock(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            yield (time.perf_counter_ns() - start) / 1e6
+            waited_ms, _ = self._wait(fd, path, fcntl.LOCK_SH)
+            yield waited_ms
         finally:
             os.close(fd)

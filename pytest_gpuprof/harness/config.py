@@ -89,6 +89,7 @@ class Settings:
     sample: bool = True
     # a test that uses the device holds it alone among this plugin's processes
     exclusive: bool = True
+    lock_timeout_s: float = float(DEFAULT["--gpu-lock-timeout"])  # a wait for the device ends then, naming the holder
     children: bool = True
     # --gpu-disable: the code runs, nothing is measured or judged
     disabled: bool = False
@@ -152,6 +153,7 @@ class Settings:
             nvtx=pick("--gpu-nvtx") == "on" and not disabled,
             sample=pick("--gpu-sample") == "on" and not disabled,
             exclusive=pick("--gpu-exclusive") == "auto" and not disabled,
+            lock_timeout_s=float(pick("--gpu-lock-timeout")),
             children=pick("--gpu-children") == "on" and not disabled,
             disabled=disabled,
             selection="skip" if opt("--gpu-skip") else ("only" if opt("--gpu-only") else "all"),

@@ -158,6 +158,15 @@ TABLE: tuple[Option, ...] = (
         choices=("auto", "off"),
     ),
     Option(
+        "--gpu-lock-timeout",
+        "how long a run waits for a GPU another process holds before the test errors naming the holder "
+        "(the wait is said at once, with the holder's pid, user and test)",
+        key="lock_timeout",
+        default=600,
+        number=Number(0, 86_400, whole=False),
+        metavar="SECONDS",
+    ),
+    Option(
         "--gpu-children",
         "trace the device work of the processes a test starts (Python ones by a start-up hook, native ones by "
         "CUPTI's injection library) into its windows (CUPTI only)",

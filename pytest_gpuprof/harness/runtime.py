@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import sys
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,8 +150,16 @@ class DeviceRuntime:
         if self._lock is None:
             from pytest_gpuprof.capture.exclusive import DeviceLock
 
-            self._lock = DeviceLock(self._device_key())
+            self._lock = DeviceLock(self._device_key(), timeout_s=self.settings.lock_timeout_s, say=self._say)
         return self._lock
+
+    def _say(self, line: str) -> None:
+        """A line the user must see while a test waits (the terminal, else stderr)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def _device_key(self) -> str:
         """What names the device host-wide: a GPU's UUID, read from NVML without a CUDA

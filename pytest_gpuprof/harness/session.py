@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 # the test's profiler, set by the gpuprof fixture (or for a test measured whole)
 PROFILER = pytest.StashKey["Profiler"]()
+# why a test could not hold its device (``--gpu-exclusive``): its set-up fails with it
+NO_DEVICE = pytest.StashKey[str]()
 
 
 # how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
@@ -88,8 +90,20 @@ class GpuSession:
         processes from its set-up to its tear-down (``DeviceRuntime.hold``); CPU-only tests
         take no lock and run in parallel."""
         if self.runtime.runs_tests and items.uses_device(self.settings, item):
+            from pytest_gpuprof.capture.exclusive import LockError
+
             start = items.starts_backend(self.settings, item)
-            self.waited[item.nodeid] = self.runtime.hold(item.nodeid, start=start)
+            try:
+                self.waited[item.nodeid] = self.runtime.hold(item.nodeid, start=start)
+            except LockError as e:  # the test's set-up errors with it (``refused``)
+                item.stash[NO_DEVICE] = str(e)
+
+    def refused(self, item: pytest.Item) -> None:
+        """At the test's set-up: the device it could not hold (a planted lock, a wait that
+        ran out), as the set-up's error."""
+        why = item.stash.get(NO_DEVICE, None)
+        if why is not None:
+            pytest.fail(why, pytrace=False)
 
     def let_go(self) -> None:
         self.runtime.let_go()

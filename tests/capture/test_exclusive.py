@@ -18,6 +18,12 @@ from plugin_runs import WITHOUT_HYPOTHESIS
 from pytest_gpuprof.capture.exclusive import DeviceLock
 
 
+def _me():
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
 def test_a_second_holder_waits_and_knows_for_whom(tmp_path, monkeypatch):
     first, second = DeviceLock("GPU-1234", tmp_path), DeviceLock("GPU-1234", tmp_path)
     first.acquire("t.py::test_first")
@@ -31,7 +37,7 @@ def test_a_second_holder_waits_and_knows_for_whom(tmp_path, monkeypatch):
     first.release()
     waiter.join(10)
     ((waited, holder),) = got
-    assert second.held and waited > 0 and holder == f"pid {os.getpid()}: t.py::test_first"
+    assert second.held and waited > 0 and holder == f"pid {os.getpid()} (user {_me()}): t.py::test_first"
     second.release()
 
 
@@ -45,7 +51,7 @@ def test_starts_share_the_device_with_each_other_but_never_with_a_hold(tmp_path,
         waiter.join(0.2)
         assert waiter.is_alive() and not window.held  # a window waits for the starts
     waiter.join(10)
-    assert window.held and got[0][1] == ""  # no holder of its own to name: starts write none
+    assert window.held and got[0][1] == f"pid {os.getpid()} (user {_me()})"  # a start: its process, no test
     monkeypatch.delenv("PYTEST_GPUPROF_HELD")  # the starter plays another process
     started: list[float] = []
     starter = threading.Thread(target=lambda: started.append(a.starting().__enter__()))
@@ -73,7 +79,7 @@ def test_a_released_hold_leaves_no_holder_to_name(tmp_path, monkeypatch):
         waiter.join(0.2)
         assert waiter.is_alive()
     waiter.join(10)
-    assert second.held and got[0][1] == ""
+    assert second.held and got[0][1] == f"pid {os.getpid()} (user {_me()})"  # the start, not the test gone
     second.release()
 
 
@@ -101,7 +107,7 @@ def test_children_of_the_holder_take_turns_under_its_hold(tmp_path, monkeypatch)
     first.wait(60)
     first.stdout.close()
     assert second.stdout.split()[:2] == ["second", "held"]
-    assert second.stdout.split()[2:] == ["pid", f"{first.pid}:", "first"]  # it waited for its sibling
+    assert second.stdout.split()[2:] == ["pid", str(first.pid), "(user", f"{_me()}):", "first"]  # its sibling
     lock.release()
     assert "PYTEST_GPUPROF_HELD" not in os.environ
 
@@ -137,7 +143,7 @@ def test_a_killed_holder_leaves_the_device_free(tmp_path):
         assert waiter.is_alive()
         os.kill(holder.pid, signal.SIGKILL)
         waiter.join(30)
-        assert not waiter.is_alive() and got[0][1] == f"pid {holder.pid}: doomed"
+        assert not waiter.is_alive() and got[0][1] == f"pid {holder.pid} (user {_me()}): doomed"
         lock.release()
     finally:
         holder.kill()
@@ -200,3 +206,108 @@ def test_xdist_workers_take_turns_on_a_device_and_report_their_wait(pytester, tm
     else:
         assert all(t["waited_ms"] == 0.0 for t in measured)
         result.stdout.fnmatch_lines(["*2 xdist workers shared 1 device(s) [[]0]: their timings overlap*"])
+
+
+# --- another user of the host (docs/design.md, "Threat model")
+
+
+def test_a_planted_link_as_the_lock_file_is_refused_and_never_written_through(tmp_path, monkeypatch):
+    """Another user once planted ``host-vm.lock -> the victim's file``; the victim's run cut
+    that file to 0 bytes. The lock file is opened without following a link, never written."""
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    folder = tmp_path / "locks"
+    folder.mkdir(mode=0o1777)
+    folder.chmod(0o1777)
+    victim = tmp_path / "private.txt"
+    victim.write_text("the victim's data")
+    (folder / "host-vm.lock").symlink_to(victim)
+    with pytest.raises(LockError, match=r"host-vm.lock: cannot open the GPU lock .*refused"):
+        DeviceLock("host-vm", folder).acquire("t.py::test")
+    assert victim.read_text() == "the victim's data"
+    (folder / "host-vm.lock").unlink()
+    os.link(victim, folder / "host-vm.lock")  # a hard link: a file with two names
+    with pytest.raises(LockError, match=r"not a plain file of its own"):
+        DeviceLock("host-vm", folder).acquire("t.py::test")
+    assert victim.read_text() == "the victim's data"
+
+
+@pytest.mark.parametrize("kind", ["link", "open-folder"])
+def test_a_planted_lock_folder_is_refused(tmp_path, monkeypatch, kind):
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    folder = tmp_path / "locks"
+    if kind == "link":
+        (tmp_path / "elsewhere").mkdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+        match = "not a folder"
+    else:
+        folder.mkdir()
+        folder.chmod(0o777)  # writable by every user, not sticky: anyone can swap its files
+        match = "another user could swap its files"
+    with pytest.raises(LockError, match=match):
+        DeviceLock("host-vm", folder).acquire("t.py::test")
+
+
+def test_a_wait_is_said_at_once_naming_the_holder_and_ends_at_the_timeout(tmp_path, monkeypatch):
+    """Anyone who can read the lock file can hold it: a victim's run once sat silently after
+    "collected 6 items" until killed. The wait is said at once, with the holder's pid, user
+    and test, and ends at the timeout with an error that names the holder."""
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path), "t.py::test_hog", "60"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().split()[:2] == ["t.py::test_hog", "held"]
+        said: list[str] = []
+        waiter = DeviceLock("GPU-c", tmp_path, timeout_s=0.5, say=said.append)
+        with pytest.raises(LockError) as raised:
+            waiter.acquire("t.py::test_victim")
+        name = f"pid {holder.pid} (user {_me()}): t.py::test_hog"
+        assert said == [f"gpuprof: waiting for GPU GPU-c, held by {name}"]
+        assert str(raised.value).startswith(f"gpuprof: waited 0.5 s for GPU GPU-c, held by {name}: giving up")
+        assert not waiter.held
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # the hold goes with its holder: the next acquire takes the device at once
+    waited, _ = DeviceLock("GPU-c", tmp_path, timeout_s=5).acquire("t.py::test_victim")
+    assert waited == 0.0
+
+
+def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(pytester, tmp_path, monkeypatch):
+    """The wait's timeout through pytest: the test's set-up errors with the line; the next
+    test, once the holder is gone, runs."""
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    pytester.makepyfile(test_gpu="def test_gpu(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    from pytest_gpuprof.capture import exclusive
+
+    lock_folder = tmp_path / "pytest-gpuprof-locks"
+    monkeypatch.setattr(exclusive, "LOCKS", lock_folder)
+    import platform
+
+    key = f"host-{platform.node()}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CHILD.replace("'GPU-c'", repr(key)), str(lock_folder), "t.py::test_hog", "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().split()[1] == "held"
+        result = pytester.runpytest("--gpu-host-clock=real", "--gpu-lock-timeout=0.5")
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines(
+            [
+                f"gpuprof: waiting for GPU {key}, held by pid {holder.pid} (user *): t.py::test_hog",
+                f"*gpuprof: waited 0.5 s for GPU {key}, held by pid {holder.pid}*giving up*",
+            ]
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
