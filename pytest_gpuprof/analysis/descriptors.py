@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Scope = Literal["window", "step", "kernel", "nvml", "gpm", "what_if", "memory"]
-Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag"]
+Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag", "flags"]
 # how the rounds of a measure() become one figure: the median (rounded for whole
 # numbers), whether any round had it (flags), the sum (sample counts), or the highest
-# (peaks of memory: what runs out is the highest)
-Aggregate = Literal["median", "any", "sum", "max"]
+# (peaks of memory: what runs out is the highest), or every bit any round had (a bitmask)
+Aggregate = Literal["median", "any", "sum", "max", "or"]
 Direction = Literal["min", "max", "forbid"]
 Way = Literal["up", "down"]
 # which way a metric without a budget key gets worse, by its unit: time, bytes, counts and
@@ -63,7 +63,7 @@ class Metric:
 
     @property
     def whole(self) -> bool:
-        return self.unit in ("bytes", "count")
+        return self.unit in ("bytes", "count", "flags")
 
     @property
     def fraction(self) -> bool:
@@ -175,6 +175,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("power_max_w", "nvml", "W", "board power, highest sample"),
     Metric("mem_used_max_bytes", "nvml", "bytes", "device memory used, highest sample"),
     Metric("sm_clock_mhz", "nvml", "MHz", "the SM clock, mean over the window's samples"),
+    Metric(
+        "throttle_reasons",
+        "nvml",
+        "flags",
+        "why the clocks were held down in the window: NVML's clock event reasons, every bit a sample had",
+        aggregate="or",
+        comparable=False,
+    ),
     Metric("samples", "nvml", "count", "NVML samples in the window", aggregate="sum", comparable=False),
     Metric("sm_active", "gpm", "fraction", "NVML GPM: SM active"),
     Metric("sm_occupancy", "gpm", "fraction", "NVML GPM: SM occupancy"),

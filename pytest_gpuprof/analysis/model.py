@@ -76,6 +76,7 @@ class Sample:
     power_w: float | None = None
     mem_used_bytes: int | None = None
     sm_clock_mhz: float | None = None
+    throttle_reasons: int | None = None  # NVML's clock event reasons (a bitmask)
 
 
 class HostSample(NamedTuple):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -19,6 +21,7 @@ class NvmlMetrics:
     mem_used_max_bytes: int | None
     samples: int
     sm_clock_mhz: float | None = None
+    throttle_reasons: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -32,6 +35,7 @@ def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics 
     powers = [s.power_w for s in inside if s.power_w is not None]
     mems = [s.mem_used_bytes for s in inside if s.mem_used_bytes is not None]
     clocks = [s.sm_clock_mhz for s in inside if s.sm_clock_mhz is not None]
+    reasons = [s.throttle_reasons for s in inside if s.throttle_reasons is not None]
     return NvmlMetrics(
         util_mean=sum(utils) / len(utils) if utils else None,
         power_mean_w=sum(powers) / len(powers) if powers else None,
@@ -39,4 +43,27 @@ def nvml_metrics(samples: Iterable[Sample], window: iv.Interval) -> NvmlMetrics 
         mem_used_max_bytes=max(mems) if mems else None,
         samples=len(inside),
         sm_clock_mhz=sum(clocks) / len(clocks) if clocks else None,
+        throttle_reasons=functools.reduce(operator.or_, reasons) if reasons else None,
     )
+
+
+# NVML's clock event reasons (nvmlClocksEventReason*), as a line names them
+THROTTLE_REASONS = {
+    0x1: "idle",
+    0x2: "application clocks",
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake",
+    0x100: "display clock",
+}
+
+
+def throttle_names(bits: int | None) -> list[str]:
+    """The reasons a bitmask of NVML's clock events holds (idle left out: it holds no
+    clock down while work runs)."""
+    if not bits:
+        return []
+    return [name for bit, name in THROTTLE_REASONS.items() if bits & bit and bit != 0x1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -121,6 +123,8 @@ def _over(prefix: str, each: Iterable[Any], scope: d.Scope, summaries: Mapping[s
             out[metric.name] = max(values) if values else None
         elif metric.aggregate == "sum":
             out[metric.name] = sum(values)
+        elif metric.aggregate == "or":
+            out[metric.name] = functools.reduce(operator.or_, values) if values else None
         elif not values:
             out[metric.name] = None
         else:

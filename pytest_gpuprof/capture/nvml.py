@@ -119,7 +119,20 @@ class NvmlSampler:
         power = self._read_instant_power() if self._instant_power else n.nvmlDeviceGetPowerUsage(self._handle) / 1000
         memory = n.nvmlDeviceGetMemoryInfo(self._handle).used
         clock = n.nvmlDeviceGetClockInfo(self._handle, n.NVML_CLOCK_SM)
-        return Sample(time.perf_counter_ns(), util, power, int(memory), float(clock))
+        return Sample(time.perf_counter_ns(), util, power, int(memory), float(clock), self._read_throttle())
+
+    def _read_throttle(self) -> int | None:
+        """NVML's clock event reasons now (a bitmask); ``None`` where the driver has no such
+        call: a sample is kept without it."""
+        read = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            self._nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        if read is None:
+            return None
+        try:
+            return int(read(self._handle))
+        except Exception:
+            return None
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

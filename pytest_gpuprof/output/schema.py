@@ -30,7 +30,7 @@ def _figure(metric: descriptors.Metric) -> dict[str, Any]:
     """A figure of a window or step: null where it was not measured (never 0 for that)."""
     if metric.unit == "flag":
         return {"type": ["boolean", "null"]}
-    kind: dict[str, Any] = {"type": ["integer", "null"]} if metric.unit == "count" else dict(_SHARE)
+    kind: dict[str, Any] = {"type": ["integer", "null"]} if metric.unit in ("count", "flags") else dict(_SHARE)
     if metric.name != "discrepancy":  # no time, size, count or share of the wall is negative
         kind["minimum"] = 0
     return kind

@@ -31,6 +31,7 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
 from pytest_gpuprof.analysis.names import readable, short, short_names
+from pytest_gpuprof.analysis.nvml_metrics import throttle_names
 from pytest_gpuprof.analysis.run_spread import Spread
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
@@ -389,9 +390,17 @@ def _in_cycles(
         return change
     cycles = assess(change.threshold, before, [v * f_now / f_before for v in now], change.spread)
     clocks = f"SM clock {f_before:.0f} MHz in the baseline, {f_now:.0f} MHz now"
+    held = throttle_names(_bits(current_test, "nvml.throttle_reasons"))
+    if held:
+        clocks += f" (held down now by: {', '.join(held)})"
     if cycles.finding == "regression":
         return replace(change, clock=f"{clocks}; a regression in cycles too")
     return replace(change, finding="clock", clock=f"{clocks}: in cycles, {cycles.finding}")
+
+
+def _bits(test: dict[str, Any], path: str) -> int | None:
+    value = value_at(test.get("metrics", {}), path)
+    return None if value is None else int(value)
 
 
 def _kernel_paths(*tests: dict[str, Any]) -> list[str]:

@@ -108,3 +108,12 @@ def test_aggregate_takes_every_comparable_metric_as_the_median_of_its_rounds():
     assert set(merged.flat()) == set(rounds[0].flat())
     assert merged.nvml is not None and merged.nvml.samples == 6
     assert "unattributed_ms" in merged.rounds
+
+
+def test_rounds_keep_every_throttle_bit_any_round_had():
+    from dataclasses import replace
+
+    rounds = [_round(4, 1), _round(9, 3), _round(5, 2)]
+    rounds = [replace(r, nvml=replace(r.nvml, throttle_reasons=bits)) for r, bits in zip(rounds, (0x0, 0x4, 0x20))]
+    merged = aggregate(rounds)
+    assert merged.nvml is not None and merged.nvml.throttle_reasons == 0x24

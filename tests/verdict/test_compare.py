@@ -357,3 +357,19 @@ def test_a_kernel_time_the_sm_clock_explains_reads_clock_naming_both_clocks():
     assert slower_code.finding == "regression" and "a regression in cycles too" in slower_code.describe()
     (same_clock,) = compare_tests(gate, _at_clock(10.0, 1980), _at_clock(11.0, 1980))
     assert same_clock.finding == "regression" and same_clock.clock is None
+
+
+def test_the_throttle_reasons_of_a_window_are_every_bit_its_samples_had_and_the_clock_line_names_them():
+    from pytest_gpuprof.analysis.model import Sample
+    from pytest_gpuprof.analysis.nvml_metrics import nvml_metrics, throttle_names
+    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+
+    samples = [Sample(1, sm_clock_mhz=1980.0, throttle_reasons=0x1), Sample(2, throttle_reasons=0x4), Sample(3)]
+    nvml = nvml_metrics(samples, (0, 5))
+    assert nvml is not None and nvml.throttle_reasons == 0x5
+    assert throttle_names(0x5) == ["power cap"] and throttle_names(None) == []
+    now = _at_clock(11.0, 1800)
+    now["metrics"]["nvml"]["throttle_reasons"] = 0x4 | 0x20
+    (change,) = compare_tests(parse_thresholds("kernel_ms:+2%"), _at_clock(10.0, 1980), now)
+    assert change.finding == "clock"
+    assert "(held down now by: power cap, thermal (software))" in change.describe()
