@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pytest_gpuprof.analysis.changepoints import ChangePoint, change_points
 from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS, Spread
 from pytest_gpuprof.baselines import store as storage_store
 from pytest_gpuprof.baselines.reference import test_of
 from pytest_gpuprof.verdict.samples import samples_of
@@ -54,6 +55,22 @@ class Series:
     metric: str
     runs: tuple[Run, ...]
     changes: tuple[ChangePoint, ...]
+    # the runs a gate would have stopped: beyond the prediction bound of the runs before
+    # them (``analysis.run_spread``, the rule of every comparison), by index
+    outside: tuple[int, ...] = ()
+
+
+def outside_the_spread(medians: Sequence[float]) -> tuple[int, ...]:
+    """The runs whose median lies beyond the prediction bound of the (up to
+    ``HISTORY_RUNS``) runs before them, against the run just before: what a comparison
+    with that run would have said, a change it could tell from the spread between runs."""
+    out = []
+    for i in range(2, len(medians)):
+        before = list(reversed(medians[max(0, i - HISTORY_RUNS) : i]))  # newest first
+        bound = Spread.of(before).bound
+        if bound is not None and abs(medians[i] - before[0]) > bound:
+            out.append(i)
+    return tuple(out)
 
 
 def history(
@@ -87,8 +104,9 @@ def history(
                     runs[metric].append(Run(name, s.created, commit, tuple(samples)))
         for metric in metrics:
             if runs[metric]:
-                points = change_points([r.median for r in runs[metric]])
-                out.append(Series(nodeid, metric, tuple(runs[metric]), tuple(points)))
+                medians = [r.median for r in runs[metric]]
+                points = change_points(medians)
+                out.append(Series(nodeid, metric, tuple(runs[metric]), tuple(points), outside_the_spread(medians)))
     return out
 
 
@@ -111,6 +129,8 @@ def table(series: Sequence[Series]) -> list[str]:
         for i, run in enumerate(s.runs):
             mark = marks.get(i)
             shift = f"  <- change {100 * mark.relative:+.1f}%" if mark is not None else ""
+            if i in s.outside:
+                shift += "  ! beyond the spread of the runs before it"
             lines.append(
                 f"  {run.label:<30} {run.commit:<10} {shown(run.median):>12}"
                 f"  ({shown(run.low)} .. {shown(run.high)}){shift}"

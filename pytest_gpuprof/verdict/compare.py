@@ -31,8 +31,8 @@ from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
 from pytest_gpuprof.analysis.names import readable, short, short_names
-from pytest_gpuprof.analysis.nvml_metrics import throttle_names
 from pytest_gpuprof.analysis.run_spread import Spread
+from pytest_gpuprof.analysis.throttle import throttle_names
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 # the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it

@@ -361,7 +361,8 @@ def test_a_kernel_time_the_sm_clock_explains_reads_clock_naming_both_clocks():
 
 def test_the_throttle_reasons_of_a_window_are_every_bit_its_samples_had_and_the_clock_line_names_them():
     from pytest_gpuprof.analysis.model import Sample
-    from pytest_gpuprof.analysis.nvml_metrics import nvml_metrics, throttle_names
+    from pytest_gpuprof.analysis.nvml_metrics import nvml_metrics
+    from pytest_gpuprof.analysis.throttle import throttle_names
     from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
 
     samples = [Sample(1, sm_clock_mhz=1980.0, throttle_reasons=0x1), Sample(2, throttle_reasons=0x4), Sample(3)]

@@ -158,3 +158,14 @@ def test_a_kernel_too_small_to_matter_is_not_gated():
     assert [c.kernel for c in changes] == ["gemm"]  # the 5 us fill kernel, +8%, is under 1% of the kernel time
     changes = compare_tests(parse_thresholds("kernels:+0.5%"), test(0.5, 30.0), test(0.54, 30.0))
     assert {c.kernel: c.finding for c in changes} == {"fill": "regression", "gemm": "unchanged"}
+
+
+def test_history_marks_the_runs_a_gate_would_stop_with_the_gates_own_rule():
+    """``history`` and the gate read runs by one rule: a run beyond the prediction bound of
+    the runs before it is marked; runs within their spread are not, however they wander."""
+    from pytest_gpuprof.baselines.history import outside_the_spread
+
+    steady = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.1]
+    assert outside_the_spread(steady) == ()
+    assert outside_the_spread([*steady, 12.0]) == (7,)
+    assert outside_the_spread([10.0, 10.0]) == ()  # two runs: no spread to judge by
