@@ -119,13 +119,18 @@ class GpuSession:
         if built is None:
             return None
         result, shown = built
-        if self.settings.trace is not None:
+        if self.settings.trace is not None and self.outputs.trace_failed is None:
             from pytest_gpuprof.output.trace import write_trace
 
             count = result.record.windows
-            for index, window in shown:
-                if window.timeline is not None:
-                    write_trace(self.settings.trace, nodeid, window.timeline, window=(index, count, result.primary))
+            try:
+                for index, window in shown:
+                    if window.timeline is not None:
+                        write_trace(self.settings.trace, nodeid, window.timeline, window=(index, count, result.primary))
+            except OSError as e:  # a full disk: the run fails once, at its end; no test's outcome changes
+                self.outputs.trace_failed = (
+                    f"gpuprof: could not write the traces to {self.settings.trace}: {e.strerror or e}"
+                )
         self.results[nodeid] = result
         return result
 
@@ -208,6 +213,9 @@ class GpuSession:
 
     def logreport(self, report: pytest.TestReport) -> None:
         self.tests.logged(report)
+        failed = getattr(report, "gpuprof_trace_failed", None)  # from an xdist worker
+        if isinstance(failed, str) and self.outputs.trace_failed is None:
+            self.outputs.trace_failed = failed
 
     def annotate(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         if call.when == "setup" and self.tests.set_up(item.nodeid):
@@ -225,6 +233,8 @@ class GpuSession:
             # Everything the controller needs travels with the report (pytest-xdist sends
             # its __dict__), so a worker's tests are reported like local ones.
             report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
+        if call.when == "teardown" and self.outputs.trace_failed is not None:
+            report.gpuprof_trace_failed = self.outputs.trace_failed  # type: ignore[attr-defined]
 
     def _mark_gate_failure(self, nodeid: str, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         """A call the plugin failed (a breach, a regression, an uncaught ``check()``): its

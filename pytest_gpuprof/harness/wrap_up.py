@@ -52,6 +52,8 @@ class Outputs:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
+        # --gpu-trace: why the traces stopped being written (the first failure), if they did
+        self.trace_failed: str | None = None
         # what was written, or could not be: lines of the summary
         self.written: list[str] = []
 
@@ -186,9 +188,11 @@ class Outputs:
         ended early, if it did, ``not_a_baseline`` why it may not become a baseline. False
         when one could not be written."""
         s = self.settings
+        if self.trace_failed is not None:
+            self.written.append(self.trace_failed)
         asked = [(f, path) for f in FILES if (path := f.where(s)) is not None]
         if not asked and s.save is None:
-            return True
+            return self.trace_failed is None
         if not (views or crashed or s.configured):
             return True  # only the step summary asked for, and nothing measured: nothing to start for it
         from pytest_gpuprof.output.report import build_report, revision

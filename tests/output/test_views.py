@@ -447,3 +447,42 @@ def test_odd(gpuprof, gpu_workload):
     result.stdout.fnmatch_lines(["gpuprof: baseline saved as *"])
     for name in ("t.csv", "r.json", "p.html"):
         assert "udc80load" in (pytester.path / name).read_text(), name
+
+
+def test_traces_that_cannot_be_written_fail_the_run_once_and_no_test(pytester, monkeypatch):
+    """``--gpu-trace`` on a full disk once turned 6 passing tests into "5 failed, 1 passed,
+    5 errors" and 18,512 lines: the tests keep their outcomes, the run fails once, in one line."""
+    import errno
+
+    from pytest_gpuprof.output import trace
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trace, "write_atomic", full)
+    pytester.makepyfile(
+        test_many="import pytest\n\n@pytest.mark.parametrize('i', range(6))\n"
+        "def test_one(gpu_workload, i):\n    gpu_workload.compute(ms=1)\n"
+    )
+    (pytester.path / "traces").mkdir()
+    result = pytester.runpytest("--gpu-trace=traces")
+    result.assert_outcomes(passed=6)
+    assert result.ret == 1
+    lines = [line for line in result.stdout.lines if "could not write the traces" in line]
+    assert lines == ["gpuprof: could not write the traces to traces: No space left on device"]
+
+
+def test_under_xdist_a_trace_that_cannot_be_written_fails_the_run_once(pytester):
+    from pytest_gpuprof.output.trace import file_name
+
+    pytester.makepyfile(
+        test_many="import pytest\n\n@pytest.mark.parametrize('i', range(4))\n"
+        "def test_one(gpu_workload, i):\n    gpu_workload.compute(ms=1)\n"
+    )
+    traces = pytester.path / "traces"
+    for i in range(4):  # a folder where each trace's file would go: no file can be written there
+        (traces / file_name(f"test_many.py::test_one[{i}]")).mkdir(parents=True)
+    result = pytester.runpytest("-n", "2", "--gpu-trace=traces")
+    result.assert_outcomes(passed=4)
+    assert result.ret == 1
+    assert len([line for line in result.stdout.lines if "could not write the traces" in line]) == 1
