@@ -31,13 +31,27 @@ def _trace() -> None:
 
         start_in_child(folder)
     except Exception as e:  # never break the child: say why in its record instead
-        try:
-            import json
+        _refused(folder, f"start-up hook failed: {e!r}")
 
-            with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as out:
-                json.dump({"command": " ".join(sys.argv)[:300], "refused": f"start-up hook failed: {e!r}"}, out)
-        except OSError:
-            pass
+
+def _refused(folder: str, why: str) -> None:
+    """``PID.json`` saying why, written only into the test's own folder (a real folder of
+    this user's that no one else can write in), as a new file, never through a link."""
+    import json
+    import stat
+
+    try:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            return
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        tmp = f"{path}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"command": " ".join(sys.argv)[:300], "refused": why}, out)
+        os.replace(tmp, path)
+    except Exception:
+        pass
 
 
 def _chain() -> None:

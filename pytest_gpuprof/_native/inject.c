@@ -23,11 +23,13 @@
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,15 +83,34 @@ static void command(char *out, size_t room) {
     out[o] = 0;
 }
 
-/* write TEXT to FOLDER/PID.SUFFIX whole: a temporary file, then renamed */
+/* whether FOLDER is still the test's: a real folder of this user's that no one else can
+   write in (a process that outlives its test finds it gone, or re-made by someone else) */
+static int own_folder(void) {
+    struct stat info;
+    if (lstat(folder, &info) != 0) return 0;
+    return S_ISDIR(info.st_mode) && info.st_uid == geteuid() && !(info.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* a new file of its own in FOLDER: created, never opened through a link or over one there */
+static FILE *create_new(const char *path) {
+    if (!own_folder()) return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) close(fd);
+    return f;
+}
+
+/* write TEXT to FOLDER/PID.SUFFIX whole: a new temporary file, then renamed */
 static void write_whole(const char *suffix, const char *text) {
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%d.%s", folder, (int)owner, suffix);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = create_new(tmp);
     if (!f) return;
     fputs(text, f);
-    if (fclose(f) == 0) rename(tmp, path);
+    if (fclose(f) == 0 && own_folder()) rename(tmp, path);
+    else unlink(tmp);
 }
 
 static void say(const char *field, const char *value, int64_t started) {
@@ -182,7 +203,8 @@ static void finish(void) {
     if (records) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%d.native", folder, (int)owner);
-        if (fclose(records) == 0) rename(records_tmp, path);
+        if (fclose(records) == 0 && own_folder()) rename(records_tmp, path);
+        else unlink(records_tmp);
         records = NULL;
     }
     pthread_mutex_unlock(&records_lock);
@@ -220,8 +242,8 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     strcpy(folder, told);
     int64_t started = monotonic_ns();
     snprintf(records_tmp, sizeof records_tmp, "%s/%d.native.tmp", folder, (int)owner);
-    records = fopen(records_tmp, "w");
-    if (!records) return 1; /* the folder is gone: the test has ended */
+    records = create_new(records_tmp);
+    if (!records) return 1; /* the folder is gone, or not the test's: the test has ended */
     fputs("# pytest-gpuprof native records 1\n", records);
     CUptiResult r = cuptiActivityRegisterCallbacks(requested, completed);
     static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,

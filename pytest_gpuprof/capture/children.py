@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -321,15 +322,39 @@ def _write_records(pid: int, folder: str, capture: Any) -> None:
     rows = work.rows.copy()
     rows["stream"] = (pid << 32) | (rows["stream"] & 0xFFFFFFFF)  # streams of its own
     rows["span_id"], rows["thread"], rows["issued"] = -1, 0, 0  # no step of the test's issued them
+    if not own_folder(folder):
+        return  # the test ended before this process did: no one reads it, and no one else may
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as out:
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as out:  # O_EXCL, 0600
             np.savez(out, rows=rows, names=np.array(work.names, dtype=str))
         os.replace(out.name, Path(folder) / f"{pid}.npz")
     except OSError:
-        pass  # the test ended before this process did: no one reads it
+        pass
+
+
+def own_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` is still the test's: a real folder (no link) of this user's that
+    no one else can write in, as ``mkdtemp`` made it. A process that outlives its test finds
+    it gone, or re-made by someone else, and writes nothing."""
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """``data`` as ``path``, whole: a new file of its own (never opened through a link or
+    over one that is there), then renamed; nothing where the folder is no longer the test's."""
+    if not own_folder(path.parent):
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.stem}.", suffix=".tmp", dir=path.parent)  # O_EXCL, 0600
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -57,22 +58,68 @@ def library() -> tuple[Path | None, str]:
     command += [str(cupti), f"-Wl,-rpath,{lib}", "-pthread"]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), *command]).encode()).hexdigest()[:16]
     target = cache_folder() / f"libgpuprof-inject-{key}.so"
-    if target.exists():
+    why = private_folder(target.parent)
+    if why is not None:
+        return None, why
+    if trusted(target, key):
         return target, f"built at {target}"
-    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".inject.", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
         done = subprocess.run([*command, "-o", tmp], capture_output=True, text=True, timeout=120)
-        if done.returncode != 0 or Path(tmp).read_bytes()[:4] != b"\x7fELF":
+        built = Path(tmp).read_bytes()
+        if done.returncode != 0 or built[:4] != b"\x7fELF":
             last = (done.stderr.strip().splitlines() or ["no library written"])[-1]
             return None, f"building the injection library failed ({compiler}): {last}"
+        # what was built from this source, by its digest: a library later put in its place is never loaded
+        _seal(target, key, hashlib.sha256(built).hexdigest())
         os.replace(tmp, target)  # whole or not at all: two workers may build it at once
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"building the injection library failed: {e}"
     finally:
         Path(tmp).unlink(missing_ok=True)
+    if not trusted(target, key):
+        return None, f"{target}: changed as it was built (another process of another build?): not loaded"
     return target, f"built at {target}"
+
+
+def private_folder(folder: Path) -> str | None:
+    """Why ``folder`` is no place to load a library from (made private where it is not
+    there): a link, another user's, or writable by others; ``None`` where it is fine."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError as e:
+        return f"{folder}: cannot make the injection library's folder ({e.strerror})"
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return f"{folder}: not a folder (a link?): the injection library is not built or loaded there"
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{folder}: another user owns it or may write in it: the injection library is not loaded from it"
+    return None
+
+
+def _seal_path(target: Path, key: str) -> Path:
+    return target.with_name(f"{target.name}.{key}.sha256")
+
+
+def _seal(target: Path, key: str, digest: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".seal.", dir=target.parent)
+    with os.fdopen(fd, "w") as out:
+        out.write(digest)
+    os.replace(tmp, _seal_path(target, key))
+
+
+def trusted(target: Path, key: str) -> bool:
+    """Whether ``target`` is the library this source built here: a file of this user's
+    that no one else can write, whose digest is the one recorded when it was built."""
+    try:
+        info = os.lstat(target)
+        seal = _seal_path(target, key).read_text().strip()
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return False
+    return hashlib.sha256(target.read_bytes()).hexdigest() == seal
 
 
 def cache_folder() -> Path:

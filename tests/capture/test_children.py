@@ -318,3 +318,26 @@ def test_multiprocessings_resource_tracker_is_not_traced(tmp_path, monkeypatch):
     )
     children.start_in_child(str(tmp_path))  # returns before CUPTI or any record
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_child_writes_only_into_the_tests_own_folder_and_never_through_a_link(tmp_path):
+    """A process that outlives its test keeps ``PYTEST_GPUPROF_CHILDREN``: once the folder
+    is gone, or re-made open to all, it writes nothing; into the test's own folder it writes
+    a new file, whatever link was planted under the old fixed temporary name."""
+    from pytest_gpuprof.capture import children
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    gone = tmp_path / "gone"
+    children._write(gone / "7.json", b"{}")
+    assert not gone.exists()
+    remade = tmp_path / "remade"
+    remade.mkdir()
+    remade.chmod(0o777)
+    children._write(remade / "7.json", b"{}")
+    assert list(remade.iterdir()) == []
+    own = tmp_path / "own"
+    own.mkdir(mode=0o700)
+    (own / "7.tmp").symlink_to(victim)
+    children._write(own / "7.json", b'{"pid": 7}')
+    assert (own / "7.json").read_text() == '{"pid": 7}' and victim.read_text() == "keep"

@@ -189,3 +189,45 @@ def test_another_tools_injection_is_kept_and_said(fake_cuda, monkeypatch):
 def test_cuda_home_is_looked_in_first(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert next(iter(injection._roots())) == tmp_path
+
+
+# --- another user of the host (docs/design.md, "Threat model")
+
+
+def test_a_library_put_in_place_of_the_built_one_is_never_loaded(fake_cuda, tmp_path):
+    """The injection library is trusted by the digest recorded when this source built it,
+    not by its file name: one written over it is built again before any process loads it."""
+    library, _ = injection.library()
+    assert library is not None
+    built = library.read_bytes()
+    library.write_bytes(built + b"\0planted")
+    injection.library.cache_clear()
+    again, how = injection.library()
+    assert again == library and how == f"built at {library}" and library.read_bytes() == built
+
+
+def test_a_cache_folder_others_may_write_in_is_not_loaded_from(fake_cuda, tmp_path):
+    folder = tmp_path / "cache" / "pytest-gpuprof"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    library, why = injection.library()
+    assert library is None and "another user owns it or may write in it" in why
+
+
+def test_a_native_child_writes_nothing_once_its_folder_is_not_the_tests(fake_cuda, tmp_path):
+    """A process that outlives its test keeps the folder's name: once the folder is gone
+    and someone re-makes it (open to all), the child writes nothing there."""
+    from pytest_gpuprof.capture import injection as inj
+
+    library, _ = inj.library()
+    assert library is not None
+    folder = tmp_path / "remade"
+    folder.mkdir()
+    folder.chmod(0o777)  # re-made by another user: anyone may write in it
+    env = {**os.environ, "PYTEST_GPUPROF_CHILDREN": str(folder), inj.INJECTION: str(library)}
+    env["CUDA_INJECTION64_PATH"] = str(library)
+    subprocess.run([str(fake_cuda)], env=env, check=False)
+    assert list(folder.iterdir()) == []
+    folder.chmod(0o700)  # the test's own folder: the same child writes its records
+    subprocess.run([str(fake_cuda)], env=env, check=False)
+    assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".native"]
