@@ -233,6 +233,12 @@ class GpuSession:
             # Everything the controller needs travels with the report (pytest-xdist sends
             # its __dict__), so a worker's tests are reported like local ones.
             report.gpuprof = view.to_dict()  # type: ignore[attr-defined]
+        if call.when == "teardown":
+            # the test has its view: what it measured (timelines, windows, the profiler the
+            # item keeps) is let go, so that a suite's memory stays flat in its tests
+            self.results.pop(item.nodeid, None)
+            if PROFILER in item.stash:
+                del item.stash[PROFILER]
         if call.when == "teardown" and self.outputs.trace_failed is not None:
             report.gpuprof_trace_failed = self.outputs.trace_failed  # type: ignore[attr-defined]
 
