@@ -224,6 +224,11 @@ def _named_parts(config: pytest.Config) -> list[str]:
     return named
 
 
+# whether the plugin has anything to do for a test (``items.touches``), read at its start
+# and again when its call starts
+TOUCHED = pytest.StashKey[bool]()
+
+
 # the session's hooks, registered with it (``pytest_configure``)
 HOOKS_NAME = "gpuprof-session"
 
@@ -258,6 +263,9 @@ class SessionHooks:
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
+        item.stash[TOUCHED] = touched = items.touches(item)
+        if not touched:
+            return (yield)
         self._session.hold_device(item)
         try:
             return (yield)
@@ -270,6 +278,10 @@ class SessionHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        # read again: a fixture may have added a marker (``applymarker``) since
+        item.stash[TOUCHED] = touched = items.touches(item)
+        if not touched and PROFILER not in item.stash:
+            return (yield)  # nothing of the plugin's: an applymarker inside the call comes too late to measure it
         session = self._session
         # the markers as they read now: whatever added them since collection
         budget = items.budget_of(session.settings, item)
@@ -308,7 +320,8 @@ class SessionHooks:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        self._session.annotate(item, call, report)
+        if item.stash.get(TOUCHED, True) or self._session.measured(item.nodeid):
+            self._session.annotate(item, call, report)
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:

@@ -211,6 +211,10 @@ class GpuSession:
                 self.results[nodeid].record.leaks = leaks
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
+    def measured(self, nodeid: str) -> bool:
+        """Whether this process measured the test (a record made, or made at its set-up)."""
+        return nodeid in self.results
+
     def logreport(self, report: pytest.TestReport) -> None:
         self.tests.logged(report)
         failed = getattr(report, "gpuprof_trace_failed", None)  # from an xdist worker

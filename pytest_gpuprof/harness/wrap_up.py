@@ -18,7 +18,6 @@ import pytest
 from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.output.text import memory_top
 from pytest_gpuprof.output.views import TestView
-from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
@@ -115,6 +114,8 @@ class Outputs:
             "where the device memory was at each test's peak (--gpu-memory-top):",
             [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
         )
+        from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
+
         compare = [line for v in views.values() for line in v.compare]
         _block(tr, f"compared with baseline {compared_with}:", [f"  {line}" for line in compare])
         if not compare and compared_with is not None and self.settings.compare is not None:

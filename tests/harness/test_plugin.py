@@ -492,7 +492,10 @@ def test_steps(gpuprof, i):
             pass
 """
     )
-    result = pytester.runpytest("-s")
+    from plugin_runs import WITHOUT_HYPOTHESIS
+
+    # a process of its own: this worker's other tests leave their objects in this one
+    result = pytester.runpytest_subprocess("-s", "--gpu-host-clock=virtual", *WITHOUT_HYPOTHESIS)
     result.assert_outcomes(passed=30)
     import re
 
