@@ -1,12 +1,14 @@
 """The run as the unit on a GPU: unchanged PyTorch and JAX tests, saved as main N times and
 then compared M times, each run a fresh process, under the gate a pull request would use.
 
-``python benchmarks/run_unit.py [--saves 6] [--compares 6] [--out DIR]``
+``python benchmarks/run_unit.py [--saves 6] [--compares 6] [--ab PAIRS] [--out DIR]``
 
 Prints, per test, how many of the compared runs failed, each run's medians and every
 comparison line of the gated metrics (the spread between runs and the smallest detectable
 change they state). The PyTorch test is launch-bound (6 Linear layers, 200 forwards a
-round); the JAX test a jitted matmul loop. ``--fail`` sets the gate.
+round); the JAX test a jitted matmul loop. ``--fail`` sets the gate. ``--ab PAIRS`` then
+runs ``gpuprof ab`` of the same code against itself (a git repository of the two files) under
+the same gate: what the same runner says when both sides run in turns.
 """
 
 from __future__ import annotations
@@ -73,7 +75,28 @@ def _pytest(folder: Path, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def run(saves: int, compares: int, gate: str, out: Path) -> dict:
+def _ab(folder: Path, pairs: int, gate: str) -> dict:
+    """``gpuprof ab`` of the tests against themselves: its exit and its effects."""
+    for args in (["init", "-q", "-b", "main"], ["add", "test_torch.py", "test_jax.py"]):
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "base"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    command = [sys.executable, "-m", "pytest_gpuprof", "ab", "--base", "main", "--pairs", str(pairs), "--fail", gate]
+    command += ["--report", str(folder / "ab.json"), "--", "-q", "-p", "no:cacheprovider", *_plugin_args()]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, check=False)
+    print(done.stdout, flush=True)
+    if done.returncode not in (0, 1):
+        print(done.stderr[-2000:])
+    report = json.loads((folder / "ab.json").read_text()) if (folder / "ab.json").exists() else {}
+    return {"exit": done.returncode, "report": report}
+
+
+def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="gpuprof-run-unit-"))
     (folder / "test_torch.py").write_text(TORCH)
     (folder / "test_jax.py").write_text(JAX)
@@ -102,6 +125,8 @@ def run(saves: int, compares: int, gate: str, out: Path) -> dict:
         for line in lines:
             print(f"    {line}")
         results["compares"].append({"outcomes": outcomes, "medians": _medians(folder / f"c{i}.json"), "lines": lines})
+    if ab_pairs:
+        results["ab"] = _ab(folder, ab_pairs, gate)
     failed: dict[str, int] = {}
     for c in results["compares"]:
         for nodeid, outcome in c["outcomes"].items():
@@ -131,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--saves", type=int, default=6)
     parser.add_argument("--compares", type=int, default=6)
     parser.add_argument("--fail", default=GATE)
+    parser.add_argument("--ab", type=int, default=0, metavar="PAIRS", help="then gpuprof ab of the code against itself")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args(argv)
-    run(args.saves, args.compares, args.fail, args.out)
+    run(args.saves, args.compares, args.fail, args.out, args.ab)
     return 0
 
 
