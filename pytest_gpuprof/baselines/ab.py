@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_gpuprof.analysis.names import readable, short
 from pytest_gpuprof.analysis.run_spread import POWER, t_quantile
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
@@ -75,8 +76,15 @@ class Effect:
     verdict: Verdict
     note: str = ""
 
+    @property
+    def label(self) -> str:
+        """The metric as a line says it: a kernel by its short readable name."""
+        if self.metric.startswith("kernels.") and self.metric.endswith(".total_ms"):
+            return f"kernel {short(readable(self.metric[len('kernels.') : -len('.total_ms')]))} ms"
+        return self.metric
+
     def line(self) -> str:
-        what = f"{self.nodeid}: {self.metric}"
+        what = f"{self.nodeid}: {self.label}"
         if self.effect is None:
             return f"{what}: {self.note or 'not measured on both sides'}"
         shown = _shown(self.threshold)
@@ -265,7 +273,7 @@ class Outcome:
 
     def markdown(self) -> str:
         rows = [
-            f"| `{e.nodeid}` | {e.metric} | {_shown(e.threshold)(e.effect)} | "
+            f"| `{e.nodeid}` | {e.label} | {_shown(e.threshold)(e.effect)} | "
             f"{_shown(e.threshold)(e.low)} .. {_shown(e.threshold)(e.high)} | {e.pairs} | {e.verdict} |"
             for e in self.effects
         ]
