@@ -9,6 +9,21 @@ import re
 # 75 ms a process; an in-process run finds it imported already.
 WITHOUT_HYPOTHESIS = ("-p", "no:hypothesispytest")
 
+# two measured tests; GPUPROF_SLOW makes the second's kernels 40% slower
+TWO_MEASURED = """
+import os
+
+def run(gpuprof, gpu_workload, ms):
+    return gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=1)
+
+def test_alpha(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 5)
+
+def test_omega(gpuprof, gpu_workload):
+    run(gpuprof, gpu_workload, 7 if os.environ.get("GPUPROF_SLOW") else 5)
+"""
+
+
 UPLOAD_TEST = """
 import pytest
 

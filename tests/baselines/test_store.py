@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from plugin_runs import WITHOUT_HYPOTHESIS
+from plugin_runs import TWO_MEASURED, WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.baselines import store as store_module
@@ -25,18 +25,7 @@ from pytest_gpuprof.baselines.store import INDEX, PACK_AT, Store
 moto_server = pytest.importorskip("moto.server", reason="the test extra installs moto[server]")
 pytest.importorskip("s3fs", reason="the test extra installs s3fs")
 
-SUITE = """
-import os
-
-def run(gpuprof, gpu_workload, ms):
-    return gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=1)
-
-def test_alpha(gpuprof, gpu_workload):
-    run(gpuprof, gpu_workload, 5)
-
-def test_omega(gpuprof, gpu_workload):
-    run(gpuprof, gpu_workload, 7 if os.environ.get("GPUPROF_SLOW") else 5)
-"""
+SUITE = TWO_MEASURED
 
 
 def _free_port():

@@ -7,20 +7,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from plugin_runs import page_data_of
+from plugin_runs import TWO_MEASURED, page_data_of
 
-SUITE = """
-import os
-
-def run(gpuprof, gpu_workload, ms):
-    return gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=1)
-
-def test_alpha(gpuprof, gpu_workload):
-    run(gpuprof, gpu_workload, 5)
-
-def test_omega(gpuprof, gpu_workload):
-    run(gpuprof, gpu_workload, 10 if os.environ.get("GPUPROF_SLOW") else 5)
-"""
+SUITE = TWO_MEASURED
 GATE = "--gpu-compare-fail=kernel_ms:+5%"
 
 
