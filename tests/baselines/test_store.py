@@ -554,6 +554,7 @@ def stalled_endpoint(monkeypatch):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
+    listener.settimeout(0.1)  # the loop looks at ``stop`` ten times a second
     held = []
     stop = False
 
@@ -561,6 +562,8 @@ def stalled_endpoint(monkeypatch):
         while not stop:
             try:
                 conn, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             held.append(conn)  # kept open, never read, never answered
@@ -575,6 +578,7 @@ def stalled_endpoint(monkeypatch):
     monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": config})
     yield endpoint
     stop = True
+    thread.join(10)  # its last accept lands in ``held`` before they are closed
     listener.close()
     for conn in held:
         conn.close()
