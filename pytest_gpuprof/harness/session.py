@@ -161,7 +161,7 @@ class GpuSession:
         if self.gate is not None:
             environment = self.runtime.environment()
             comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict(), environment)
-            record.comparisons = [c.to_dict() for c in comparison.changes]
+            record.comparisons = comparison.change_records()
             record.baseline = comparison.record()
             record.regressions = comparison.labels
             record.inert = comparison.inert

@@ -40,8 +40,11 @@ def comparison_lines(record: GpuRecord) -> list[str]:
         if c["finding"] in ("unchanged", "absent"):
             continue
         p = f"; p={c['p']:.3g}" if isinstance(c.get("p"), float) else ""
+        finding = c["finding"]
+        if finding == "regression" and not c.get("gates", True):  # as the terminal says it
+            finding = f"changed (beyond the default {c['threshold']}, not a gate)"
         lines.append(
-            f"{c['metric']}: {shown(c['before'])} -> {shown(c['after'])} (limit {c['threshold']}{p}): {c['finding']}"
+            f"{c['metric']}: {shown(c['before'])} -> {shown(c['after'])} (limit {c['threshold']}{p}): {finding}"
         )
     return lines
 
