@@ -1,11 +1,12 @@
 """The pytest layer: what runs around each test, between pytest's hooks (``plugin``) and
-the layers below (``capture``, ``analysis``, ``verdict``, ``output``).
+the layers below (``capture``, ``analysis``, ``verdict``, ``output``, ``baselines``).
 
 - the settings: ``options`` (every setting once), ``config`` (read and checked at start-up);
 - the public fixtures' objects: ``profiler`` (``gpuprof``), ``workload`` (``gpu_workload``),
   with ``spans`` (steps and regions), ``windows`` (each window cut and judged) and
   ``confirm`` (hypothesis examples);
 - the session: ``session`` (around each test), ``runtime`` (the backend, device and
-  header), ``gate`` (baselines and comparisons), ``wrap_up`` (what a run leaves behind);
+  header), ``wrap_up`` (what a run leaves behind); the baseline and each test's comparison
+  come from ``baselines.gate``;
 - ``hookspecs``: the hooks a project implements.
 """
