@@ -11,6 +11,7 @@ a step's ``memory_peak_bytes`` the highest over the stretches it was open for,
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,6 +67,9 @@ class MemoryMetrics:
     # (PyTorch's reserved over its allocated, CuPy's pool over its used): a cache, not a leak
     cached_bytes: int | None = None
     note: str | None = None
+    # per step: what it and the steps nested in it allocated and the window never freed
+    # (``None``: the source does not see allocations one by one)
+    step_leaks: Mapping[str, int] | None = None
     # the figures known as a range only, by path (``memory.peak_bytes``, ``steps.NAME.memory_peak_bytes``):
     # their least and most, where the source tells the process's peak only (JAX's statistics)
     bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -133,6 +137,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     largest: tuple[Held, ...] = ()
     leaks: tuple[Held, ...] = ()
     sites: tuple[Held, ...] = ()
+    step_leaks: dict[str, int] | None = None
     # what the window kept: every allocation's count where the sources see each one, else
     # what the counters held more at the end than at the start
     leaked = max(marks[-1].held - base, 0)
@@ -142,6 +147,8 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         if log.every:
             leaked = sum(a.nbytes for a in kept)
         leaks = _by_step(kept, spans)
+        if log.every:
+            step_leaks = _inclusive(kept, marks, spans)
         peak_seq = stretches[top][1].peak_seq
         if peak_seq is not None:
             live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
@@ -157,6 +164,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         leaked_bytes=leaked,
         largest=largest,
         leaks=leaks,
+        step_leaks=step_leaks,
         sites=sites,
         cached_bytes=None if end.reserved is None else max(end.reserved - end.held, 0),
         note=log.note,
@@ -205,6 +213,21 @@ def _by_place(live: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[He
             largest[a.where] = a
     order = sorted(total, key=lambda where: (-total[where], where))
     return tuple(Held(total[w], w, _held(largest[w], spans).step, count[w]) for w in order)
+
+
+def _inclusive(kept: Sequence[Allocation], marks: Sequence[MemoryMark], spans: Mapping[int, Span]) -> dict[str, int]:
+    """Each step's bytes of ``kept``: the allocations made while it was open, in it or in a
+    step nested in it (the marks' edges say which steps were open over each stretch), so
+    that a budget on an outer step sees inside it."""
+    out: dict[str, int] = {s.name: 0 for s in spans.values()}
+    edges = [m.seq for m in marks]
+    for a in kept:
+        at = bisect.bisect_left(edges, a.seq) - 1  # the edge before it: the steps open then
+        if at < 0:
+            continue
+        for name in {spans[i].name for i in marks[at].open if i in spans}:
+            out[name] += a.nbytes
+    return out
 
 
 def _by_step(kept: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[Held, ...]:

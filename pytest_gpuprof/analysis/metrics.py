@@ -139,7 +139,13 @@ def _with_memory(timeline: Timeline, m: Metrics) -> Metrics:
     memory, peaks = memory_mod.compute(timeline.memory, timeline.steps) if timeline.memory is not None else (None, {})
     if memory is None:
         return replace(m, memory_unseen=timeline.memory_unseen or NO_ALLOCATOR)
-    steps = {name: replace(s, memory_peak_bytes=peaks.get(name, 0)) for name, s in m.steps.items()}
+    leaks = memory.step_leaks
+    steps = {
+        name: replace(
+            s, memory_peak_bytes=peaks.get(name, 0), leaked_bytes=None if leaks is None else leaks.get(name, 0)
+        )
+        for name, s in m.steps.items()
+    }
     return replace(m, memory=memory, steps=steps)
 
 

@@ -36,6 +36,8 @@ class StepMetrics:
     copies: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
     # the most device memory held while it was open, over the window's start (``analysis.memory``)
     memory_peak_bytes: int | None = None
+    # allocated while it (or a step nested in it) was open, not freed by the window's end
+    leaked_bytes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

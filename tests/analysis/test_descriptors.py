@@ -38,7 +38,7 @@ _NOT_METRICS |= {"processes"}  # per process: a table
         (
             "memory",
             MemoryMetrics,
-            {"peak_step", "peak_within", "source", "largest", "leaks", "sites", "note", "bounds"},
+            {"peak_step", "peak_within", "source", "largest", "leaks", "sites", "note", "bounds", "step_leaks"},
         ),
     ],
 )
@@ -63,6 +63,7 @@ def test_budget_keys_are_the_descriptors_limits():
         "pageable",
         "min_sm_utilization",
         "max_memory",
+        "max_leaked_bytes",
     ]
     with pytest.raises(TypeError, match="unknown keys"):
         Budget(min_util=0.5)

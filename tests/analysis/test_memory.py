@@ -137,6 +137,34 @@ def test_max_leaked_bytes_fails_a_window_that_kept_memory():
     assert evaluate(Budget(max_leaked_bytes=64), kept) == []
 
 
+def test_a_steps_leak_is_what_it_and_the_steps_inside_it_kept_and_max_leaked_bytes_judges_it():
+    """``max_leaked_bytes`` per step (it was refused as an unknown key): a budget on an outer
+    step sees what the steps nested in it kept; a step that freed what it made passes 0."""
+    program = [("enter", "outer"), ("enter", "inner"), ("alloc", 64), ("exit", 0), ("alloc", 32), ("exit", 0)]
+    program += [("enter", "tidy"), ("alloc", 16), ("free", 2), ("exit", 0)]
+    log, steps, _, _ = replay(program)
+    m = metrics.compute(Timeline(0, 10_000, "host", tuple(steps), memory=log))
+    assert {n: s.leaked_bytes for n, s in m.steps.items()} == {"outer": 96, "inner": 64, "tidy": 0}
+    budget = Budget(steps={n: StepBudget(max_leaked_bytes=0) for n in ("outer", "inner", "tidy")})
+    assert sorted(b.key for b in evaluate(budget, m)) == [
+        "steps.inner.max_leaked_bytes",
+        "steps.outer.max_leaked_bytes",
+    ]
+    assert evaluate(Budget(steps={"outer": StepBudget(max_leaked_bytes=96)}), m) == []
+
+
+def test_a_steps_leak_where_allocations_are_not_seen_one_by_one_reads_not_measured():
+    marks = (MemoryMark(0, 0, 0, 0, open=(1,)), MemoryMark(1, 100, 64, 64))
+    counters = MemoryLog("host", marks, None)
+    m = metrics.compute(Timeline(0, 100, "host", (Span("s", 1, 0, 100, span_id=1),), memory=counters))
+    assert m.steps["s"].leaked_bytes is None
+    budget = Budget(steps={"s": StepBudget(max_leaked_bytes=0)}, own=set())
+    assert not_measured(budget, m) == [
+        "steps.s.max_leaked_bytes not measured: the allocator is read by its counters only: "
+        "its allocations are not seen one by one"
+    ]
+
+
 def test_every_budget_key_has_a_window_that_breaches_it():
     """No key that nothing can breach: each descriptor's limit is tested somewhere to fail."""
     keys = {*descriptors.limits("window", "memory"), *descriptors.limits("step")}
@@ -507,3 +535,30 @@ def test_the_html_page_draws_the_device_memory_held_with_its_peak(pytester):
     held = [v for _, v in memory["points"]]
     assert memory["unit"] == "MiB" and max(held) == 9.0 and held[0] == held[-1] == 0.0
     assert test["steps"]["load"]["memory_peak_bytes"] == 3 << 20  # the steps table's memory column
+
+
+def test_a_steps_max_leaked_bytes_fails_the_step_that_kept_memory_and_passes_one_that_freed_it(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        KEPT = []
+
+        @pytest.mark.gpu_budget(steps={"cache": {"max_leaked_bytes": 0}, "scratch": {"max_leaked_bytes": 0}})
+        def test_cache(gpuprof, gpu_workload):
+            def body():
+                with gpuprof.step("scratch"):
+                    buffer = gpu_workload.alloc(8192)
+                    del buffer
+                with gpuprof.step("cache"):
+                    KEPT.append(gpu_workload.alloc(4096))
+            gpuprof.measure(body, rounds=1, warmup=0)
+            KEPT.clear()
+        """
+    )
+    result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*steps.cache.leaked_bytes 4.0 KiB (4,096 B) > 0 B (0 B) (steps.cache.max_leaked_bytes)*"]
+    )
+    assert "steps.scratch" not in "\n".join(line for line in result.stdout.lines if "max_leaked_bytes)" in line)
