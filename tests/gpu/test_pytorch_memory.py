@@ -155,3 +155,35 @@ def test_memory_top_lists_five_places_summing_to_the_peak(pytester, plugin_args)
     top = sum(s["bytes"] for s in memory["sites"][:5])
     print(memory)
     assert abs(top - memory["peak_bytes"]) <= 0.01 * memory["peak_bytes"]
+
+
+STEP_LEAKS = """
+import pytest
+import torch
+
+KEPT = []
+
+@pytest.mark.gpu_budget(steps={"cache": {"max_leaked_bytes": 0}, "scratch": {"max_leaked_bytes": 0}})
+def test_step_leak(gpuprof):
+    torch.empty(1, device="cuda")
+    def body():
+        with gpuprof.step("scratch"):
+            scratch = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+            scratch.fill_(1)
+            del scratch
+        with gpuprof.step("cache"):
+            KEPT.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    gpuprof.measure(body, rounds=1, warmup=0)
+"""
+
+
+def test_a_steps_max_leaked_bytes_names_the_step_that_kept_a_tensor(pytester, plugin_args):
+    pytest.importorskip("torch")
+    result = run(pytester, plugin_args, {"test_step_leaks": STEP_LEAKS}, "--gpu-budget")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*steps.cache.leaked_bytes 64.0 MiB (67,108,864 B) > 0 B (0 B) (steps.cache.max_leaked_bytes)*"]
+    )
+    (test,) = json.loads((pytester.path / "r.json").read_text())["tests"]
+    steps = test["metrics"]["steps"]
+    assert steps["cache"]["leaked_bytes"] == 64 << 20 and steps["scratch"]["leaked_bytes"] == 0
