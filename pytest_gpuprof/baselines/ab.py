@@ -158,9 +158,13 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     if n < 2:
         verdict: Verdict = "unsure" if abs(mean) > limit else "unchanged"
         return Effect(nodeid, path, t, n, mean, None, None, None, verdict)
-    half = t_quantile(CONFIDENCE, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
-    detectable = (t_quantile(CONFIDENCE, n - 1) + t_quantile(POWER, n - 1)) * statistics.stdev(diffs) / math.sqrt(n)
-    low, high = mean - half, mean + half
+    t95, t90 = t_quantile(CONFIDENCE, n - 1), t_quantile(POWER, n - 1)
+
+    def lower_bound(values: list[float]) -> float:  # the interval's low end, over the pairs
+        return statistics.fmean(values) - t95 * statistics.stdev(values) / math.sqrt(n)
+
+    scale = statistics.stdev(diffs) / math.sqrt(n)
+    low, high, detectable = lower_bound(diffs), mean + t95 * scale, (t95 + t90) * scale
     if low > limit:
         verdict = "regression"
     elif high < -limit:
@@ -173,10 +177,7 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     if verdict == "regression" and _kernel_metric(path):
         cycles = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=True)) is not None]
         if len(cycles) == n:
-            low_cycles = statistics.fmean(cycles) - t_quantile(CONFIDENCE, n - 1) * statistics.stdev(
-                cycles
-            ) / math.sqrt(n)
-            if low_cycles <= limit:
+            if lower_bound(cycles) <= limit:
                 verdict, note = "clock", "the SM clocks of the pairs explain it: in cycles, within the limit"
             else:
                 note = "a regression in cycles too"

@@ -129,7 +129,7 @@ class Gate:
                     return None
                 else:
                     raise
-        theirs = reference.first["machine"]
+        theirs = reference.newest_record["machine"]
         if theirs.get("id") != machine["id"]:
             if not any_machine:
                 raise BaselineError(

@@ -83,8 +83,6 @@ class Reference:
         assert self.newest is not None
         return self._record(self.newest.key)
 
-    first = newest_record
-
     def _record(self, key: str) -> dict[str, Any]:
         if key not in self._records:
             assert self.store is not None

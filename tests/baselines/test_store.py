@@ -327,7 +327,7 @@ def test_eight_processes_saving_one_name_at_once_all_land_whole(kind, tmp_path, 
     assert all(len(r["tests"][0]["pad"]) == 20000 for r in records)
     assert {r["tests"][0]["writer"] for r in records} == {str(w) for w in range(8)}  # each writer's
     newest = max(records, key=lambda r: r["created"])
-    assert store.reference("host-aaa", None).first["created"] == newest["created"]
+    assert store.reference("host-aaa", None).newest_record["created"] == newest["created"]
 
 
 # --- faults

@@ -229,8 +229,8 @@ def test_a_reference_takes_the_newest_or_the_named(tmp_path):
     store = Store(tmp_path)
     store.save(report(tests=[{"nodeid": "t"}], created="2026-01-01T00:00:00+00:00"), "main")
     store.save(report(tests=[{"nodeid": "t"}], created="2026-01-02T00:00:00+00:00"), "pr")
-    assert store.reference("host-aaa", None).first["name"] == "pr"
-    assert store.reference("host-aaa", "main").first["name"] == "main"
+    assert store.reference("host-aaa", None).newest_record["name"] == "pr"
+    assert store.reference("host-aaa", "main").newest_record["name"] == "main"
     with pytest.raises(storage.BaselineError, match="no baseline named 'x' for machine host-aaa"):
         store.reference("host-aaa", "x")
     with pytest.raises(storage.BaselineError, match="baselines exist for machine ids host-aaa"):
