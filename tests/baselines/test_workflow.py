@@ -2,6 +2,7 @@
 verdict or a stuck job (a regression passed, a narrowed run became the baseline, a damaged
 field failed a passing test, clocks mixed, a bootstrap that could never start)."""
 
+import itertools
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -213,7 +214,10 @@ def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monke
     result.assert_outcomes(passed=1, failed=1)
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("compared with baseline "))
-    gate = [line.strip() for line in lines[start + 1 :] if line.startswith("  ")]
+    # the section's indented block only: on CI (CI=1) pytest's short summary repeats the
+    # failure's whole message, indented lines included
+    block = itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1 :])
+    gate = [line.strip() for line in block]
     monkeypatch.chdir(suite.path)
     capsys.readouterr()  # what the pytest runs printed
     assert cli.main(["compare", "main", "r.json", "--fail", GATE.split("=", 1)[1]]) == 1
