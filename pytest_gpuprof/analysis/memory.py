@@ -15,8 +15,8 @@ import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from pytest_gpuprof.analysis.model import Allocation, MemoryLog, MemoryMark, Span
 
@@ -50,6 +50,25 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
+class Kept:
+    """An allocation a window made and had not freed by its end: its count (the tracker's
+    ``seq``), as a message names it, and every step open when it was made (the outer ones
+    too: a step's leak counts what the steps nested in it kept)."""
+
+    seq: int
+    held: Held
+    steps: frozenset[str]
+
+
+class Live(NamedTuple):
+    """What a test's allocators hold as its call ends: the counts of the allocations still
+    live (``None``: some source does not see them one by one) and the bytes held."""
+
+    seqs: frozenset[int] | None
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryMetrics:
     peak_bytes: int | None  # ``None``: known as a range only (``bounds``)
     reserved_peak_bytes: int | None
@@ -57,22 +76,27 @@ class MemoryMetrics:
     source: str
     # the steps around ``peak_step`` at the peak, outermost first (for the message)
     peak_within: tuple[str, ...] = ()
-    # allocated in the window and not freed by its end (``None``: not seen)
+    # allocated in the window and not freed by the test's call's end (``None``: not seen);
+    # by the window's end until the call ends (``at_call_end``)
     leaked_bytes: int | None = None
     largest: tuple[Held, ...] = ()  # live at the peak, largest first (sources that see each one)
-    leaks: tuple[Held, ...] = ()  # per step: what it allocated and the window never freed
+    leaks: tuple[Held, ...] = ()  # per step: what it allocated and the test's call never freed
     # the places of what was live at the peak, each with its bytes summed, largest first
     sites: tuple[Held, ...] = ()
     # what the frameworks' pools kept at the window's end without the code holding it
     # (PyTorch's reserved over its allocated, CuPy's pool over its used): a cache, not a leak
     cached_bytes: int | None = None
     note: str | None = None
-    # per step: what it and the steps nested in it allocated and the window never freed
+    # per step: what it and the steps nested in it allocated and the test's call never freed
     # (``None``: the source does not see allocations one by one)
     step_leaks: Mapping[str, int] | None = None
     # the figures known as a range only, by path (``memory.peak_bytes``, ``steps.NAME.memory_peak_bytes``):
     # their least and most, where the source tells the process's peak only (JAX's statistics)
     bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # what the window kept, one by one (``None``: a source reads its counters only), and what
+    # the counters held at its start: its leak is judged again as the test's call ends
+    kept: tuple[Kept, ...] | None = None
+    start_held: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -141,14 +165,20 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     # what the window kept: every allocation's count where the sources see each one, else
     # what the counters held more at the end than at the start
     leaked = max(marks[-1].held - base, 0)
+    kept_each: tuple[Kept, ...] | None = None
     if log.allocations is not None:
         mine = [a for a in log.allocations if first <= a.seq <= last]
-        kept = [a for a in mine if a.end_seq is None or a.end_seq > last]
+        edges = [m.seq for m in marks]
+        kept = [
+            Kept(a.seq, _held(a, spans), _open_at(a.seq, edges, marks, spans))
+            for a in mine
+            if a.end_seq is None or a.end_seq > last
+        ]
+        leaks = _by_step(kept)
         if log.every:
-            leaked = sum(a.nbytes for a in kept)
-        leaks = _by_step(kept, spans)
-        if log.every:
-            step_leaks = _inclusive(kept, marks, spans)
+            kept_each = tuple(kept)
+            leaked = sum(k.held.nbytes for k in kept)
+            step_leaks = _inclusive(kept, spans)
         peak_seq = stretches[top][1].peak_seq
         if peak_seq is not None:
             live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
@@ -169,8 +199,36 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         cached_bytes=None if end.reserved is None else max(end.reserved - end.held, 0),
         note=log.note,
         bounds=bounds,
+        kept=kept_each,
+        start_held=base,
     )
     return metrics, step_peaks
+
+
+def at_call_end(m: MemoryMetrics, live: Live) -> MemoryMetrics:
+    """The window's leak as its test's call ends: what it kept and the test still holds
+    then; a buffer freed after the window, before the call ended, is no leak. Exact where
+    every source sees each allocation; from the counters otherwise: at most what the window
+    kept, and at most what is held now over what the window began with (a test that freed
+    everything it kept reads 0; one that kept part reads the window's own figure where the
+    counters cannot tell which part)."""
+    if not m.leaked_bytes:
+        return m
+    if m.kept is not None and live.seqs is not None:
+        still = tuple(k for k in m.kept if k.seq in live.seqs)
+        if len(still) == len(m.kept):
+            return m
+        return replace(
+            m,
+            leaked_bytes=sum(k.held.nbytes for k in still),
+            leaks=_by_step(still),
+            step_leaks=None if m.step_leaks is None else {name: 0 for name in m.step_leaks} | _inclusive(still, {}),
+            kept=still,
+        )
+    if m.start_held is None:
+        return m
+    leaked = min(m.leaked_bytes, max(live.held - m.start_held, 0))
+    return m if leaked == m.leaked_bytes else replace(m, leaked_bytes=leaked, leaks=m.leaks if leaked else ())
 
 
 def _step_peaks(
@@ -215,30 +273,33 @@ def _by_place(live: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[He
     return tuple(Held(total[w], w, _held(largest[w], spans).step, count[w]) for w in order)
 
 
-def _inclusive(kept: Sequence[Allocation], marks: Sequence[MemoryMark], spans: Mapping[int, Span]) -> dict[str, int]:
+def _open_at(seq: int, edges: Sequence[int], marks: Sequence[MemoryMark], spans: Mapping[int, Span]) -> frozenset[str]:
+    """The steps open at the count ``seq``: those of the mark before it (``edges``: the
+    marks' counts; the marks say which steps were open over each stretch)."""
+    at = bisect.bisect_left(edges, seq) - 1
+    return frozenset() if at < 0 else frozenset(spans[i].name for i in marks[at].open if i in spans)
+
+
+def _inclusive(kept: Iterable[Kept], spans: Mapping[int, Span]) -> dict[str, int]:
     """Each step's bytes of ``kept``: the allocations made while it was open, in it or in a
-    step nested in it (the marks' edges say which steps were open over each stretch), so
-    that a budget on an outer step sees inside it."""
+    step nested in it, so that a budget on an outer step sees inside it (every step of
+    ``spans`` listed, 0 where it kept nothing)."""
     out: dict[str, int] = {s.name: 0 for s in spans.values()}
-    edges = [m.seq for m in marks]
-    for a in kept:
-        at = bisect.bisect_left(edges, a.seq) - 1  # the edge before it: the steps open then
-        if at < 0:
-            continue
-        for name in {spans[i].name for i in marks[at].open if i in spans}:
-            out[name] += a.nbytes
+    for k in kept:
+        for name in k.steps:
+            out[name] = out.get(name, 0) + k.held.nbytes
     return out
 
 
-def _by_step(kept: Sequence[Allocation], spans: Mapping[int, Span]) -> tuple[Held, ...]:
+def _by_step(kept: Iterable[Kept]) -> tuple[Held, ...]:
     """What each step allocated and never freed: its bytes, at the place of its largest."""
     total: dict[str | None, int] = defaultdict(int)
-    largest: dict[str | None, Allocation] = {}
-    for a in kept:
-        step = _held(a, spans).step
-        total[step] += a.nbytes
-        if step not in largest or a.nbytes > largest[step].nbytes:
-            largest[step] = a
+    largest: dict[str | None, Held] = {}
+    for k in kept:
+        step = k.held.step
+        total[step] += k.held.nbytes
+        if step not in largest or k.held.nbytes > largest[step].nbytes:
+            largest[step] = k.held
     return tuple(
         Held(nbytes, largest[step].where, step) for step, nbytes in sorted(total.items(), key=lambda kv: -kv[1])
     )

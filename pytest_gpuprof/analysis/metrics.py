@@ -135,6 +135,22 @@ def compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None) 
     return replace(_with_memory(timeline, _compute(timeline, pinned_gbps)), processes=timeline.processes)
 
 
+def at_call_end(m: Metrics, live: memory_mod.Live) -> Metrics:
+    """``m`` with its leaks as the test's call ends (``memory.at_call_end``): the window's
+    and each step's; ``m`` itself where nothing it kept was freed since."""
+    if m.memory is None:
+        return m
+    memory = memory_mod.at_call_end(m.memory, live)
+    if memory is m.memory:
+        return m
+    leaks = memory.step_leaks
+    steps = {
+        name: s if leaks is None or s.leaked_bytes is None else replace(s, leaked_bytes=leaks.get(name, 0))
+        for name, s in m.steps.items()
+    }
+    return replace(m, memory=memory, steps=steps)
+
+
 def _with_memory(timeline: Timeline, m: Metrics) -> Metrics:
     memory, peaks = memory_mod.compute(timeline.memory, timeline.steps) if timeline.memory is not None else (None, {})
     if memory is None:

@@ -111,6 +111,12 @@ class JaxStats:
     def forget(self) -> None:
         pass
 
+    def held_now(self) -> int:
+        return self._stats()[0]
+
+    def live_seqs(self) -> frozenset[int] | None:
+        return None
+
     def close(self) -> None:
         pass
 

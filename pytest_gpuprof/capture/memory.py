@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from pytest_gpuprof.analysis.memory import Live
 from pytest_gpuprof.analysis.model import MemoryLog, MemoryMark
 from pytest_gpuprof.capture import jax_memory
 from pytest_gpuprof.capture.memory_sources import CupySource, HostSource, MemorySource, Reading
@@ -176,6 +177,23 @@ class MemoryTracker:
         notes = [n for n in (getattr(s, "note", None) for s in self.sources) if n]
         every = len(counted) == len(self.sources)
         return MemoryLog(self.name, marks, allocations, "; ".join(notes) or None, every)
+
+    def live(self) -> Live | None:
+        """What the sources hold now, and which of their allocations are live (a test's
+        call ends: ``analysis.memory.at_call_end``); ``None`` where none is in use or one
+        cannot be read."""
+        if not self.sources or self.unseen() is not None:
+            return None
+        seqs: set[int] | None = set()
+        held = 0
+        try:
+            for source in self.sources:
+                held += source.held_now()
+                each = source.live_seqs()
+                seqs = None if each is None or seqs is None else seqs | each
+        except Exception:  # a framework gone (a test that shut it down): the window's own figures stand
+            return None
+        return Live(None if seqs is None else frozenset(seqs), held)
 
     def _settle(self, edges: list[_Edge]) -> list[dict[int, Reading] | None]:
         """Each source's readings by mark where it is read back later (PyTorch's history)."""

@@ -62,6 +62,14 @@ class MemorySource(Protocol):
         """No window open: what was kept for one can go."""
         ...
 
+    def held_now(self) -> int:
+        """What the test's code holds now, as ``read``'s ``held`` counts it (no peak reset)."""
+        ...
+
+    def live_seqs(self) -> frozenset[int] | None:
+        """The counts of the allocations live now (``None``: not seen one by one)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -125,6 +133,15 @@ class Counted:
         with self._lock:
             self.done.clear()
 
+    def held_now(self) -> int:
+        return self.held
+
+    def live_seqs(self) -> frozenset[int] | None:
+        if not self.sees_each:
+            return None
+        with self._lock:
+            return frozenset(a.seq for a in self.allocations.values())
+
     def close(self) -> None:
         pass
 
@@ -187,6 +204,9 @@ class CupySource(Counted):
         counted = super().read()
         self.reserved = reserved
         return counted._replace(reserved=reserved, reserved_peak=max(reserved, counted.reserved or 0))
+
+    def held_now(self) -> int:
+        return self.held if self._hook is not None else int(self._pool.used_bytes())
 
     def hooked(self, tick: Callable[[], int]) -> CupySource:
         """This source, seeing each allocation from now on."""

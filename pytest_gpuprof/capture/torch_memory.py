@@ -53,6 +53,7 @@ def replay(
     *,
     place: Callable[[Sequence[Mapping[str, Any]]], str] | None = None,
     step_of: Callable[[int], int | None] = lambda _: None,
+    live_at_end: dict[int, int] | None = None,
 ) -> tuple[dict[int, Reading], list[Allocation]]:
     """Each edge's reading and the allocations made, from the allocator's events in order.
 
@@ -61,7 +62,9 @@ def replay(
     allocator held and had reserved at the first edge. An allocation made after edge ``e``
     gets the seq ``e + i`` (its ``i``-th event there); its place comes from ``place`` (the
     stack's frames, innermost first) where given, its step from ``step_of(e)``. A free of
-    memory allocated before the first edge lowers what is held and frees no allocation."""
+    memory allocated before the first edge lowers what is held and frees no allocation.
+    ``live_at_end`` (where given, with ``place``) receives the address and seq of each
+    allocation still live after the last edge."""
     held, reserved = start
     peak, peak_seq, reserved_peak = held, None, reserved
     readings: dict[int, Reading] = {edges[0]: Reading(held, held, None, reserved, reserved)}
@@ -91,6 +94,8 @@ def replay(
                 made.append(gone._replace(end_seq=seq))
         readings[after] = Reading(held, peak, peak_seq, reserved, reserved_peak)
         peak, peak_seq, reserved_peak = held, None, reserved
+    if live_at_end is not None:
+        live_at_end.update((address, a.seq) for address, a in live.items())
     return readings, [*made, *live.values()]
 
 
@@ -115,6 +120,10 @@ class TorchSource:
         self._made: list[Allocation] = []
         self._counted: dict[int, int] = {}  # what the counters held at a window's later edges, by seq
         self.now = time.time_ns  # the clock of the allocator's stamps, where it keeps no tag
+        # what windows kept (address: seq), seen one by one: of rings emptied since (less what
+        # the ring now saw freed), and of the ring now (its last replay's)
+        self._carried: dict[int, int] = {}
+        self._ring_live: dict[int, int] = {}
         self._on(stacks)
 
     def _on(self, stacks: bool) -> None:
@@ -171,8 +180,12 @@ class TorchSource:
             )
         place = self._where if self.sees_each else None
         seqs = [s for s, _ in self._edges]
+        self._freed(trace)
+        self._ring_live = {}
         try:
-            readings, self._made = replay(self._placed(trace), seqs, self._start, place=place, step_of=step_of)
+            readings, self._made = replay(
+                self._placed(trace), seqs, self._start, place=place, step_of=step_of, live_at_end=self._ring_live
+            )
         except (KeyError, TypeError, ValueError) as e:  # a history of another shape: never into the test
             self.failed = f"PyTorch's allocator history could not be read ({type(e).__name__}: {e})"
             return {}
@@ -209,8 +222,37 @@ class TorchSource:
     def taken(self, lo: int, hi: int) -> list[Allocation]:
         return [a for a in self._made if lo <= a.seq <= hi]
 
+    def _freed(self, trace: Iterable[Mapping[str, Any]]) -> None:
+        """Drop from what earlier rings' windows kept the allocations this ring saw freed (an
+        address live then is freed before the allocator hands it out again)."""
+        if self._carried:
+            for event in trace:
+                if event.get("action") == "free_completed":
+                    self._carried.pop(int(event.get("addr", -1)), None)
+
+    def held_now(self) -> int:
+        return self._counters()[0]
+
+    def live_seqs(self) -> frozenset[int] | None:
+        """The windows' kept allocations still live: those of emptied rings that the ring now
+        has not seen freed. ``None`` where allocations are not seen one by one, or a window's
+        ring is still open (its later frees are not followed)."""
+        if not self.sees_each or self._ring_live:
+            return None
+        if self._carried:
+            self._freed(self._memory._snapshot()["device_traces"][self._device])
+        return frozenset(self._carried.values())
+
     def forget(self) -> None:
-        """No window open: empty the ring, and read the counters again at the next edge."""
+        """No window open: empty the ring, and read the counters again at the next edge.
+        What the windows kept is carried over, less what the ring saw freed."""
+        if self._carried or self._ring_live:
+            try:
+                self._freed(self._memory._snapshot()["device_traces"][self._device])
+            except Exception:  # unread, the kept allocations stand: their leak stays the window's
+                pass
+            self._carried.update(self._ring_live)
+            self._ring_live = {}
         self._memory._record_memory_history(enabled=None)
         self._on(self.sees_each)
         self._start, self._edges, self._made, self._counted = None, [], [], {}

@@ -210,8 +210,9 @@ class Profiler:
                     body()
                 cut.append(done)
         results = [done[0] for done in cut]
-        merged = rounds_mod.aggregate([w.metrics for w in results]) if rounds > 1 else results[0].metrics
-        return self.keep(Window(label, merged, results[-1].timeline))
+        each = tuple(w.metrics for w in results)
+        merged = rounds_mod.aggregate(list(each)) if rounds > 1 else each[0]
+        return self.keep(Window(label, merged, results[-1].timeline, rounds=each if rounds > 1 else ()))
 
     def keep(self, window: Window) -> Metrics:
         """Judge ``window`` on this test's budget and keep it."""
@@ -286,13 +287,37 @@ class Profiler:
         if self.windows:
             self.backend.synchronize()
             self.collector.note_outside(self.windows[-1].label, after=True)
-            return self.windows
-        whole = self.whole_test()
-        if whole is None:
-            return []
-        self.keep(whole)
+        else:
+            whole = self.whole_test()
+            if whole is None:
+                return []
+            self.keep(whole)
+        self._leaks_at_call_end()
         return self.windows
+
+    def _leaks_at_call_end(self) -> None:
+        """A leak is what the test still holds as its call ends: each window's leak becomes
+        what it kept and is still live now (``analysis.memory.at_call_end``), judged again.
+        A buffer freed after the window, before the call ended, is no leak."""
+        tracker = self.spans.memory
+        kept = [w for w in self.windows if not w.settled and any(_kept(m) for m in w.rounds or (w.metrics,))]
+        live = tracker.live() if tracker is not None and kept else None
+        if live is None:
+            return
+        for window in kept:
+            each = window.rounds or (window.metrics,)
+            now = tuple(metrics_mod.at_call_end(m, live) for m in each)
+            if all(a is b for a, b in zip(now, each, strict=True)):
+                continue
+            window.rounds = now if window.rounds else ()
+            window.metrics = rounds_mod.aggregate(list(now)) if window.rounds else now[0]
+            window.verdict = judge(self.budget, window.metrics)
 
     def problems(self) -> list[str]:
         """What the test did wrong with its spans (made and never entered, never left)."""
         return self.spans.problems()
+
+
+def _kept(m: Metrics) -> bool:
+    """Whether the window kept device memory at its end: a leak unless freed before the call ends."""
+    return m.memory is not None and bool(m.memory.leaked_bytes)

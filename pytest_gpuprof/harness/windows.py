@@ -50,6 +50,8 @@ class Window:
     # measured inside a hypothesis example; the breach its measure() raised there, if any
     example: bool = False
     error: BaseException | None = None
+    # a measure()'s rounds, each one's own figures (``metrics`` aggregates them)
+    rounds: tuple[Metrics, ...] = ()
 
 
 @dataclass

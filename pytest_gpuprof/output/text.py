@@ -78,7 +78,7 @@ def explain_memory(metrics: Metrics, breaches: Sequence[Breach], *, always: bool
         )
     if m.leaks:
         lines.append(
-            "never freed in the window: "
+            "not freed by the end of the test's call: "
             + "; ".join(f"{human_bytes(h.nbytes)} by step {h.step or '(none)'}, largest at {h.where}" for h in m.leaks)
         )
     if m.note:

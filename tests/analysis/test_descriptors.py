@@ -38,7 +38,19 @@ _NOT_METRICS |= {"processes"}  # per process: a table
         (
             "memory",
             MemoryMetrics,
-            {"peak_step", "peak_within", "source", "largest", "leaks", "sites", "note", "bounds", "step_leaks"},
+            {
+                "peak_step",
+                "peak_within",
+                "source",
+                "largest",
+                "leaks",
+                "sites",
+                "note",
+                "bounds",
+                "step_leaks",
+                "kept",
+                "start_held",
+            },
         ),
     ],
 )

@@ -289,3 +289,45 @@ def test_a_history_that_cannot_be_read_is_not_measured_and_the_test_goes_on():
     mem._snapshot = lambda: {"segments": []}  # a PyTorch whose snapshot has no device_traces
     assert t.log(first, last) is None
     assert t.why.startswith("PyTorch's allocator history could not be read (KeyError")
+
+
+@pytest.mark.parametrize("tagged", [True, False], ids=["tagged", "clock"])
+def test_what_a_window_kept_is_followed_past_the_emptied_ring_to_the_calls_end(tagged):
+    """A leak is what the test still holds as its call ends: the window's kept tensors are
+    followed through the rings emptied after it (a window between, an address handed out
+    again) until the call's end reads them."""
+    mem = FakeMemory(tagged)
+    t = tracker(mem, stacks=True)
+    first = t.mark(0)
+    freed_later = mem.alloc(4 * MIB, ("/work/test_x.py", 11, "a"))
+    kept = mem.alloc(2 * MIB, ("/work/test_x.py", 12, "b"))
+    m, _ = memory_mod.compute(t.log(first, t.mark(1)), [])
+    assert m is not None and m.leaked_bytes == 6 * MIB
+    t.forget()
+    mem.free(freed_later, 4 * MIB)
+    between = t.mark(2)  # a window between: it allocates and frees, and the ring is emptied again
+    mem.free(mem.alloc(16 * MIB), 16 * MIB)
+    m2, _ = memory_mod.compute(t.log(between, t.mark(3)), [])
+    assert m2 is not None and m2.leaked_bytes == 0
+    t.forget()
+    live = t.live()
+    assert live is not None and live.seqs is not None
+    assert memory_mod.at_call_end(m, live).leaked_bytes == 2 * MIB
+    mem.free(kept, 2 * MIB)
+    after = t.live()
+    assert after is not None and memory_mod.at_call_end(m, after).leaked_bytes == 0
+
+
+def test_without_stacks_the_calls_end_reads_the_counters():
+    mem = FakeMemory()
+    t = tracker(mem, stacks=False)
+    first = t.mark(0)
+    a = mem.alloc(4 * MIB)
+    m, _ = memory_mod.compute(t.log(first, t.mark(1)), [])
+    assert m is not None and m.leaked_bytes == 4 * MIB and m.kept is None
+    t.forget()
+    live = t.live()
+    assert live is not None and live.seqs is None and live.held == 4 * MIB
+    assert memory_mod.at_call_end(m, live).leaked_bytes == 4 * MIB
+    mem.free(a, 4 * MIB)
+    assert memory_mod.at_call_end(m, t.live()).leaked_bytes == 0

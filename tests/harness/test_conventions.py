@@ -23,10 +23,14 @@ def test_pipeline(gpuprof, gpu_workload):
     print("CALLS", len(CALLS))
     assert metrics.utilization < 0.7
 
-def test_keeps(gpuprof, gpu_workload):
-    kept = []
+@pytest.fixture
+def kept():
+    held = []
+    yield held  # held past the call: freed in the fixture's teardown
+    held.clear()
+
+def test_keeps(gpuprof, gpu_workload, kept):
     gpuprof.measure(lambda: kept.append(gpu_workload.alloc(1 << 20)), rounds=1, warmup=0)
-    kept.clear()
 
 @pytest.mark.gpu_budget(min_utilization=0.1)
 def test_marked():
