@@ -16,21 +16,32 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.harness import items
-from pytest_gpuprof.harness.config import OPTIONS, ConfigError, Settings, marker_budget
-from pytest_gpuprof.harness.items import DEVICE_FIXTURES, FIXTURES
-from pytest_gpuprof.harness.session import PROFILER, GpuBudgetWarning, GpuSession
+from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.harness import touch
+from pytest_gpuprof.harness.options import TABLE
+from pytest_gpuprof.harness.touch import FIXTURES, PROFILER
 
 __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
+    from pytest_gpuprof.harness.config import Settings
+    from pytest_gpuprof.harness.errors import GpuBudgetWarning
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.harness.session import GpuSession
     from pytest_gpuprof.harness.windows import Window
     from pytest_gpuprof.harness.workload import GpuWorkload
 
-SESSION = pytest.StashKey[GpuSession]()
+SESSION = pytest.StashKey["GpuSession"]()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GpuBudgetWarning":  # loaded when asked for: this module loads into every pytest run
+        from pytest_gpuprof.harness.errors import GpuBudgetWarning
+
+        return GpuBudgetWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _allow_across_examples(item: pytest.Item) -> None:
@@ -58,21 +69,34 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuprof", "GPU utilization budgets (pytest-gpuprof)")
-    for flag, kwargs in OPTIONS:
-        group.addoption(flag, **kwargs)
+    for option in TABLE:
+        group.addoption(option.flag, **option.argparse())
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_gpuprof.verdict.budget import Budget, StepBudget
-
-    keys = ", ".join(f"{k}=..." for k in Budget.KEYS)
+    keys = ", ".join(f"{k}=..." for k in descriptors.limits("window", "memory"))  # the budget's keys
     config.addinivalue_line(
         "markers",
-        f"gpu_budget({keys}, steps={{NAME: {{{', '.join(StepBudget.KEYS)}}}}}): "
+        f"gpu_budget({keys}, steps={{NAME: {{{', '.join(descriptors.limits('step'))}}}}}): "
         "this test's GPU budget, over [tool.gpuprof.budget] and --gpu-budget-file",
     )
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device; skipped with the reason otherwise")
+    if touch.asked(config):
+        _start(config)
+
+
+def _start(config: pytest.Config) -> GpuSession:
+    """The session, made once: at start-up where the run asks anything of the plugin (an
+    option, ``[tool.gpuprof]``), else as the first test that is the plugin's is collected
+    or calls on it (``touch``). Its hooks come with it: a suite that never uses the plugin
+    pays for the few of this module alone."""
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        return session
+    from pytest_gpuprof.harness.config import ConfigError, Settings
+    from pytest_gpuprof.harness.session import GpuSession
+
     try:
         settings = Settings.from_pytest_config(config)
     except ConfigError as e:
@@ -87,8 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session = GpuSession(config, settings, placed)
     config.stash[SESSION] = session
     if config.pluginmanager.get_plugin(HOOKS_NAME) is None:
-        # its hooks start nothing: a suite that never measures pays for none
         config.pluginmanager.register(SessionHooks(session), HOOKS_NAME)
+    return session
 
 
 def _spread(config: pytest.Config, settings: Settings) -> tuple[Settings, Placement | None]:
@@ -120,33 +144,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION, None)
-    return session.header() if session is not None else []
+    return session.header() if session is not None else [touch.NOT_STARTED]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     """A marker's mistake is a usage error before any test runs; the budget itself is read
-    when each test runs (``items.budget_of``), so that markers added later count."""
-    session = config.stash[SESSION]
+    when each test runs (``items.budget_of``), so that markers added later count. Read once
+    collection is done: what any plugin's ``pytest_collection_modifyitems`` added counts."""
+    config = session.config
     _warn_conftest_marks(config)
-    selection = session.settings.selection
-    for item in items:
+    gpu = config.stash.get(SESSION, None)
+    if gpu is None:
+        if not any(touch.touches(item) for item in session.items):
+            return
+        gpu = _start(config)
+    from pytest_gpuprof.harness.config import marker_budget
+
+    selection = gpu.settings.selection
+    for item in session.items:
         keywords = item.keywords  # holds every marker's name: a cheap test before the lookup
-        if selection != "all" and (_uses_plugin(item) == (selection == "skip")):
+        if selection != "all" and (touch.touches(item) == (selection == "skip")):
             why = "it uses pytest-gpuprof" if selection == "skip" else "it does not use pytest-gpuprof"
             item.add_marker(pytest.mark.skip(reason=f"--gpu-{selection}: {why}"))
         if "gpu_budget" in keywords:
-            marker_budget(item.nodeid, list(item.iter_markers("gpu_budget")), session.settings.budget)
+            marker_budget(item.nodeid, list(item.iter_markers("gpu_budget")), gpu.settings.budget)
         if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
             _allow_across_examples(item)
-        if "gpu" in keywords and item.get_closest_marker("gpu") is not None and not session.runtime.kind.gpu:
-            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {session.runtime.backend_reason}"))
-
-
-def _uses_plugin(item: pytest.Item) -> bool:
-    """A test that uses the plugin, as collection sees it: its fixtures or markers."""
-    if not DEVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
-        return True
-    return item.get_closest_marker("gpu_budget") is not None or item.get_closest_marker("gpu") is not None
+        if "gpu" in keywords and item.get_closest_marker("gpu") is not None and not gpu.runtime.kind.gpu:
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {gpu.runtime.backend_reason}"))
 
 
 def _warn_conftest_marks(config: pytest.Config) -> None:
@@ -158,6 +183,8 @@ def _warn_conftest_marks(config: pytest.Config) -> None:
         marks = getattr(plugin, "pytestmark", [])
         marks = marks if isinstance(marks, list) else [marks]
         if any(getattr(m, "name", None) in ("gpu_budget", "gpu") for m in marks):
+            from pytest_gpuprof.harness.errors import GpuBudgetWarning
+
             warnings.warn(
                 GpuBudgetWarning(
                     f"{plugin.__file__}: pytestmark in a conftest.py applies to no test; put the budget in "
@@ -170,7 +197,7 @@ def _warn_conftest_marks(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
     """The device under test: name, memory, PCIe link, calibrated pinned bandwidths."""
-    device = pytestconfig.stash[SESSION].device
+    device = _start(pytestconfig).device
     device.h2d_gbps  # noqa: B018 - calibrated now, in set-up: its copies are in no test's window
     return device
 
@@ -178,7 +205,9 @@ def gpu_device(pytestconfig: pytest.Config) -> GpuDevice:
 @pytest.fixture
 def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
     """This test's profiler: ``step``, ``region``, ``measure``, ``metrics``, ``check``."""
-    session = request.config.stash[SESSION]
+    from pytest_gpuprof.harness import items
+
+    session = _start(request.config)
     profiler = session.profiler(items.budget_of(session.settings, request.node), request.node.nodeid)
     request.node.stash[PROFILER] = profiler
     try:
@@ -192,7 +221,7 @@ def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.
     """Built-in prestage/compute workloads on this session's backend, recorded as steps."""
     from pytest_gpuprof.harness.workload import GpuWorkload
 
-    settings = pytestconfig.stash[SESSION].settings
+    settings = _start(pytestconfig).settings
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)
     gpuprof.backend.prepare()
     # the kernels' own buffers live for the session: not this test's memory
@@ -224,9 +253,69 @@ def _named_parts(config: pytest.Config) -> list[str]:
     return named
 
 
-# whether the plugin has anything to do for a test (``items.touches``), read at its start
+# whether the plugin has anything to do for a test (``touch.touches``), read at its start
 # and again when its call starts
 TOUCHED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Every test's call, the one per-test hook of a run whose session has not started:
+    a marker a fixture added (``applymarker``) or a fixture asked for by name starts it."""
+    stash = item.stash
+    # read again: a fixture may have added a marker (``applymarker``) since the test began
+    if not touch.touches(item) and PROFILER not in stash:
+        # nothing of the plugin's as the call starts (``TOUCHED`` says so already where the
+        # session runs): an ``applymarker`` inside it comes too late to measure it whole, but
+        # a fixture it asks for by name inside it (``getfixturevalue``) measures it
+        try:
+            result = yield
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            if PROFILER in stash:
+                stash[TOUCHED] = True
+                _start(item.config).give_verdict(item, raised=e)
+            raise
+        if PROFILER in stash:
+            stash[TOUCHED] = True
+            _start(item.config).give_verdict(item)
+        return result
+    stash[TOUCHED] = True
+    from pytest_gpuprof.harness import items
+
+    session = _start(item.config)
+    # the markers as they read now: whatever added them since collection
+    budget = items.budget_of(session.settings, item)
+    whole = items.measures_whole(session.settings, item)
+    profiler = item.stash.get(PROFILER, None)
+    if whole:
+        profiler = session.profiler(budget, item.nodeid)
+        item.stash[PROFILER] = profiler
+    elif profiler is not None:
+        profiler.start_call(budget)
+    try:
+        if whole and profiler is not None:
+            done: list[Window] = []
+            try:
+                with profiler.window("test") as done:
+                    result = yield
+            finally:
+                try:
+                    session.backend.source.drain()  # the call's device work is in its window, or lost with it
+                    if done:
+                        profiler.keep(done[0])
+                finally:
+                    profiler.end()
+        else:
+            result = yield
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:
+        session.give_verdict(item, raised=e)  # a failing call keeps its verdict (a failed check())
+        raise
+    session.give_verdict(item)
+    return result
 
 
 # the session's hooks, registered with it (``pytest_configure``)
@@ -263,7 +352,7 @@ class SessionHooks:
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
-        item.stash[TOUCHED] = touched = items.touches(item)
+        item.stash[TOUCHED] = touched = touch.touches(item)
         if not touched:
             return (yield)
         self._session.hold_device(item)
@@ -275,45 +364,6 @@ class SessionHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._session.refused(item)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        # read again: a fixture may have added a marker (``applymarker``) since
-        item.stash[TOUCHED] = touched = items.touches(item)
-        if not touched and PROFILER not in item.stash:
-            return (yield)  # nothing of the plugin's: an applymarker inside the call comes too late to measure it
-        session = self._session
-        # the markers as they read now: whatever added them since collection
-        budget = items.budget_of(session.settings, item)
-        whole = items.measures_whole(session.settings, item)
-        profiler = item.stash.get(PROFILER, None)
-        if whole:
-            profiler = session.profiler(budget, item.nodeid)
-            item.stash[PROFILER] = profiler
-        elif profiler is not None:
-            profiler.start_call(budget)
-        try:
-            if whole and profiler is not None:
-                done: list[Window] = []
-                try:
-                    with profiler.window("test") as done:
-                        result = yield
-                finally:
-                    try:
-                        session.backend.source.drain()  # the call's device work is in its window, or lost with it
-                        if done:
-                            profiler.keep(done[0])
-                    finally:
-                        profiler.end()
-            else:
-                result = yield
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
-            session.give_verdict(item, raised=e)  # a failing call keeps its verdict (a failed check())
-            raise
-        session.give_verdict(item)
-        return result
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

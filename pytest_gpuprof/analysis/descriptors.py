@@ -13,8 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Scope = Literal["window", "step", "kernel", "nvml", "gpm", "what_if", "memory"]
 Unit = Literal["ms", "fraction", "bytes", "count", "GB/s", "W", "MHz", "flag", "flags"]
@@ -29,8 +28,7 @@ Way = Literal["up", "down"]
 _WORSE_BY_UNIT: Mapping[str, Way] = {"fraction": "down", "GB/s": "down", "MHz": "down"}
 
 
-@dataclass(frozen=True, slots=True)
-class Limit:
+class Limit(NamedTuple):
     """A budget key on a metric: ``min_utilization`` is a floor, ``max_ms`` a ceiling,
     ``pageable = "forbid"`` a flag that must stay off."""
 
@@ -38,8 +36,7 @@ class Limit:
     direction: Direction
 
 
-@dataclass(frozen=True, slots=True)
-class Metric:
+class Metric(NamedTuple):
     name: str
     scope: Scope
     unit: Unit

@@ -11,8 +11,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pytest_gpuprof.harness.options import TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
@@ -182,12 +180,3 @@ def device_list(value: str | None) -> tuple[int, ...] | str | None:
     if not devices or min(devices) < 0:
         raise ConfigError(f"--gpu-devices={value}: expected 'all' or device indices such as 0,1")
     return devices
-
-
-def find_pyproject(config: pytest.Config) -> Path | None:
-    """The run's ``pyproject.toml``: pytest's ini file where it is one, else the root's."""
-    inipath = config.inipath
-    if inipath is not None and inipath.name == "pyproject.toml":
-        return inipath
-    candidate = config.rootpath / "pyproject.toml"
-    return candidate if candidate.is_file() else None

@@ -21,13 +21,13 @@ from pytest_gpuprof.harness.checks import (
     check_number,
     check_output,
     device_list,
-    find_pyproject,
     load_toml,
     read_budget_file,
     read_pyproject,
     summary_rows,
 )
 from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.harness.touch import find_pyproject
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
+from pytest_gpuprof.harness.touch import NOT_STARTED
 
 if TYPE_CHECKING:
     from pytest_gpuprof.harness.runtime import DeviceRuntime
@@ -16,10 +17,7 @@ if TYPE_CHECKING:
 def header(runtime: DeviceRuntime) -> list[str]:
     """The lines pytest prints under its own header (and a late-started run in the summary)."""
     if not runtime.chosen:
-        return [
-            "gpuprof: not started (no --gpu-* option, no [tool.gpuprof]): "
-            "a test that uses gpuprof, gpu_workload, gpu_device or the gpu marker starts it"
-        ]
+        return [NOT_STARTED]
     s = runtime.settings
     lines = [f"gpuprof: backend {runtime.kind.name} ({runtime.backend_reason})"]
     if runtime.placed is not None:

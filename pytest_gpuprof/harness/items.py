@@ -6,27 +6,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpuprof.harness.config import Settings, marker_budget
+from pytest_gpuprof.harness.touch import DEVICE_FIXTURES, FIXTURES, touches
 from pytest_gpuprof.verdict.budget import Budget
 
 __all__ = ["DEVICE_FIXTURES", "FIXTURES", "budget_of", "measures_whole", "starts_backend", "touches", "uses_device"]
-
-# the fixtures that measure a test; a test with a budget and neither is measured whole
-FIXTURES = frozenset({"gpuprof", "gpu_workload"})
-DEVICE_FIXTURES = FIXTURES | {"gpu_device"}
-
-
-# the markers that make a test the plugin's
-MARKERS = frozenset({"gpu", "gpu_budget"})
-
-
-def touches(item: pytest.Item) -> bool:
-    """Whether the plugin has anything to do for this test, as it reads now: one of its
-    fixtures, or a ``gpu`` or ``gpu_budget`` marker (however it arrived). Every per-test hook
-    asks this first, and returns at once where the answer is no: a suite that never uses the
-    plugin pays one look at each test's fixtures and markers."""
-    if not DEVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
-        return True
-    return any(m.name in MARKERS for m in item.iter_markers())
 
 
 def budget_of(settings: Settings, item: pytest.Item) -> Budget:

@@ -8,18 +8,16 @@ README (``tests/harness/test_options.py`` holds it equal to this one) all come f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import Metric
-from pytest_gpuprof.verdict.budget import Budget
 from pytest_gpuprof.verdict.validate import Number
 
 SWITCH = ("on", "off")
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(NamedTuple):
     flag: str
     help: str
     # the key of [tool.gpuprof] that sets it too, where one does
@@ -236,7 +234,8 @@ def _budget_flag(key: str, metric: Metric) -> Option:
     )
 
 
-TABLE += tuple(_budget_flag(key, metric) for key, metric in Budget.KEYS.items())
+# the test-level budget keys (``Budget.KEYS``, without importing the budget's module)
+TABLE += tuple(_budget_flag(key, metric) for key, metric in descriptors.limits("window", "memory").items())
 BUDGET_FLAGS: tuple[Option, ...] = tuple(o for o in TABLE if o.budget is not None)
 BY_FLAG: Mapping[str, Option] = {o.flag: o for o in TABLE}
 # what a run gets where nothing says otherwise, by flag (``--gpu-rounds``: 5)

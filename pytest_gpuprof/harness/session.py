@@ -22,6 +22,7 @@ from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
+from pytest_gpuprof.harness.touch import PROFILER
 from pytest_gpuprof.harness.wrap_up import FILES, Outputs
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.output.views import TestResult, TestView
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from pytest_gpuprof.harness.profiler import Profiler
 
 
-# the test's profiler, set by the gpuprof fixture (or for a test measured whole)
-PROFILER = pytest.StashKey["Profiler"]()
 # why a test could not hold its device (``--gpu-exclusive``): its set-up fails with it
 NO_DEVICE = pytest.StashKey[str]()
 

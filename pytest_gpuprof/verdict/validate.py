@@ -8,16 +8,14 @@ plugin turns the error into pytest's usage error before any test runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Invalid(ValueError):
     """A setting that cannot be used, with its key, its source and what is valid."""
 
 
-@dataclass(frozen=True, slots=True)
-class Number:
+class Number(NamedTuple):
     """A numeric setting's rule: ints only (``whole``) or any real number, within ``[lo, hi]``."""
 
     lo: float

@@ -275,9 +275,11 @@ def test_a_wait_is_said_at_once_naming_the_holder_and_ends_at_the_timeout(tmp_pa
         holder.kill()
         holder.wait()
         holder.stdout.close()
-    # the hold goes with its holder: the next acquire takes the device at once
-    waited, _ = DeviceLock("GPU-c", tmp_path, timeout_s=5).acquire("t.py::test_victim")
-    assert waited == 0.0
+    # the hold goes with its holder: the next acquire takes the device. (The wait given up
+    # on leaves its helper thread blocked in the kernel's flock; it takes the lock as the
+    # holder dies and lets go of it at once, so this acquire may wait those milliseconds.)
+    waited, whom = DeviceLock("GPU-c", tmp_path, timeout_s=5).acquire("t.py::test_victim")
+    assert waited == 0.0 or f"pid {holder.pid} " not in whom
 
 
 def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(pytester, tmp_path, monkeypatch):

@@ -1,0 +1,112 @@
+"""A run that asks nothing of the plugin at start-up (no option, no ``[tool.gpuprof]``):
+its session starts only where a test turns out to be the plugin's, however late (collected
+with a marker, a marker a fixture added, a fixture asked for by name), and every such test
+is judged as in a run that asked; a suite that never uses the plugin starts nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuprof.harness import touch
+from pytest_gpuprof.plugin import SESSION
+
+# breaches are warnings where nothing asks for --gpu-budget; -W error makes them failures
+STRICT = ("-W", "error::pytest_gpuprof.GpuBudgetWarning")
+
+LATE = """
+import time
+
+import pytest
+
+@pytest.fixture
+def strict(request):
+    request.applymarker(pytest.mark.gpu_budget(min_utilization=0.99))
+
+def test_plain():
+    pass
+
+def test_marked_by_a_fixture(strict):
+    time.sleep(0.02)  # measured whole: no kernel in 20 ms
+
+def test_asks_for_the_workload_by_name_inside_the_call(request):
+    request.applymarker(pytest.mark.gpu_budget(min_utilization=0.99))
+    workload = request.getfixturevalue("gpu_workload")
+    workload.compute(ms=1)
+    time.sleep(0.05)
+    workload.compute(ms=1)
+"""
+
+
+@pytest.fixture
+def unasked(pytester, monkeypatch):
+    """A run with nothing for the plugin on its command line (the suite's conftest puts
+    ``--gpu-host-clock`` there for every run a test starts)."""
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    return pytester
+
+
+def test_a_suite_that_never_uses_the_plugin_starts_nothing(unasked):
+    unasked.makepyfile("def test_plain():\n    pass\n")
+    result = unasked.runpytest("-p", "pytester")  # pytester's own plugin: a run with plugins beside
+    result.assert_outcomes(passed=1)
+    assert touch.NOT_STARTED in result.stdout.lines  # its brackets are no fnmatch pattern
+    assert "true GPU utilization" not in result.stdout.str()
+    config = unasked.parseconfigure()
+    assert not touch.asked(config) and config.stash.get(SESSION, None) is None
+
+
+@pytest.mark.parametrize("check", ["budget", "gate"])
+def test_a_test_that_becomes_the_plugins_late_is_judged(unasked, check):
+    """The session starts at the call of the first test that is the plugin's; each late
+    test is judged: a breach fails it (-W error), where a run that measured nothing passes."""
+    unasked.makepyfile(test_late=LATE)
+    if check == "gate":  # the same tests, their budgets kept: every test passes
+        unasked.makepyfile(test_late=LATE.replace("0.99", "0.0"))
+    result = unasked.runpytest(*STRICT)
+    if check == "gate":
+        result.assert_outcomes(passed=3)
+        return
+    result.assert_outcomes(passed=1, failed=2)
+    for name in ("test_marked_by_a_fixture", "test_asks_for_the_workload_by_name_inside_the_call"):
+        result.stdout.fnmatch_lines([f"test_late.py::{name}: utilization *% < 99.0% (min_utilization)*"])
+
+
+def test_a_collected_marker_starts_the_session_before_any_test_runs(unasked):
+    unasked.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        def test_needs_a_gpu():
+            pass
+        """
+    )
+    result = unasked.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA device*"])
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "asked"),
+    [
+        (None, False),
+        ('[project]\nname = "x"\n', False),
+        ("[tool.gpuprof]\nrounds = 3\n", True),
+        ("[tool]\ngpuprof = 5\n", True),
+        ('[project]\ndependencies = ["pytest-gpuprof"]\n', True),  # named: read and checked, as before
+    ],
+)
+def test_a_run_asks_by_option_or_by_a_pyproject_that_names_the_plugin(unasked, pyproject, asked):
+    if pyproject is not None:
+        unasked.makepyprojecttoml(pyproject)
+    assert touch.asked(unasked.parseconfig()) is asked
+    assert touch.asked(unasked.parseconfig("--gpu-rounds=3")) is True
+    assert touch.asked(unasked.parseconfig("--gpu-budget")) is True
+
+
+def test_a_bad_table_is_a_usage_error_in_a_suite_that_never_uses_the_plugin(unasked):
+    unasked.makepyprojecttoml('[tool.gpuprof]\nrounds = "many"\n')
+    unasked.makepyfile("def test_plain():\n    pass\n")
+    result = unasked.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rounds*"])
