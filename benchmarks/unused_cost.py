@@ -3,7 +3,8 @@ the plugin loaded and with it turned off (``-p no:NAME``), in one environment.
 
 Counted in instructions under valgrind's callgrind, which a shared virtual machine's clock
 cannot move (its paired timings spread by several percent either way), with the hash seed
-fixed; each arm ``--repeat`` times, to show how far the count itself moves. Bytecode is
+fixed, summed over every process the run starts; each arm ``--repeat`` times, to show how
+far the count itself moves. Bytecode is
 cached first (one run of each arm).
 
     python benchmarks/unused_cost.py                                  # pytest-gpuprof
@@ -24,16 +25,18 @@ COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def instructions(python: str, folder: Path, *extra: str) -> int:
-    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    # every process the run starts counted (a plugin may start some: pytest-benchmark's
+    # CPU probe does), summed
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--trace-children=yes"]
     command += [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": ""}
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    found = COLLECTED.search(done.stderr)
-    if found is None:
+    counts = [int(n) for n in COLLECTED.findall(done.stderr)]
+    if not counts:
         raise SystemExit(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    return sum(counts)
 
 
 def main() -> None:

@@ -110,3 +110,51 @@ def test_a_bad_table_is_a_usage_error_in_a_suite_that_never_uses_the_plugin(unas
     result = unasked.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*rounds*"])
+
+
+def test_loading_the_plugin_imports_its_flags_and_checks_alone():
+    """The plugin loads into every pytest run of its environment: the session's modules
+    (18 ms of imports once, docs/performance.md) wait until a run or a test asks for it."""
+    import subprocess
+    import sys
+
+    code = "import sys, pytest_gpuprof.plugin; print(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    ours = {m for m in loaded if m.startswith("pytest_gpuprof")}
+    assert ours == {
+        "pytest_gpuprof",
+        "pytest_gpuprof.plugin",
+        "pytest_gpuprof.harness",
+        "pytest_gpuprof.harness.touch",
+        "pytest_gpuprof.harness.options",
+        "pytest_gpuprof.analysis",
+        "pytest_gpuprof.analysis.descriptors",
+        "pytest_gpuprof.verdict",
+        "pytest_gpuprof.verdict.validate",
+    }
+    assert "numpy" not in loaded
+
+
+def test_a_suite_that_never_uses_the_plugin_has_one_per_test_hook_of_its(unasked):
+    unasked.makeconftest(
+        """
+import sys
+
+def pytest_sessionfinish(session):
+    manager = session.config.pluginmanager
+    hooks = [name for name in dir(session.config.hook) if name.startswith("pytest_runtest_") or name == "pytest_report_teststatus"]
+    ours = sorted(
+        name
+        for name in hooks
+        for impl in getattr(session.config.hook, name).get_hookimpls()
+        if "gpuprof" in (manager.get_name(impl.plugin) or "")
+    )
+    print("OURS", ours, "SESSION", "pytest_gpuprof.harness.session" in sys.modules)
+"""
+    )
+    unasked.makepyfile("import pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_plain(i):\n    pass\n")
+    result = unasked.runpytest_subprocess("-s")
+    result.assert_outcomes(passed=3)
+    assert "OURS ['pytest_runtest_call'] SESSION False" in result.stdout.str()
