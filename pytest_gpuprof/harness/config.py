@@ -37,9 +37,7 @@ BackendChoice = Literal["auto", "cuda", "host"]
 HostClock = Literal["real", "virtual"]
 # which tests run: every one, none that uses the plugin (--gpu-skip), only those (--gpu-only)
 Selection = Literal["all", "skip", "only"]
-OPTIONS = [(o.flag, o.argparse()) for o in TABLE]
 __all__ = [
-    "OPTIONS",
     "ConfigError",
     "Settings",
     "check_number",
