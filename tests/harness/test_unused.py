@@ -158,3 +158,34 @@ def pytest_sessionfinish(session):
     result = unasked.runpytest_subprocess("-s")
     result.assert_outcomes(passed=3)
     assert "OURS ['pytest_runtest_call'] SESSION False" in result.stdout.str()
+
+
+PLACED = {
+    "decorator": ("", "@pytest.mark.gpu_budget(min_utilization=0.99)\n", ""),
+    "class": ("", "", "@pytest.mark.gpu_budget(min_utilization=0.99)\n"),
+    "module": ("pytestmark = pytest.mark.gpu_budget(min_utilization=0.99)\n", "", ""),
+}
+
+
+@pytest.mark.parametrize("where", [*PLACED, "hook"])
+def test_a_marker_anywhere_starts_the_session_in_a_run_that_asked_nothing(unasked, where):
+    """However the marker arrives, on the test or on a node above it, the session starts
+    and judges it (a breach fails with -W error); a run that asked nothing at start-up
+    finds it by looking at each collected test's markers and its parents'."""
+    module, function, klass = PLACED.get(where, ("", "", ""))
+    if where == "hook":  # a plugin's hook marks the module node, after collection
+        unasked.makeconftest(
+            """
+import pytest
+
+def pytest_collection_modifyitems(items):
+    items[0].parent.parent.add_marker(pytest.mark.gpu_budget(min_utilization=0.99))
+"""
+        )
+    unasked.makepyfile(
+        test_placed=f"import time\n\nimport pytest\n\n{module}\n{klass}class TestIdle:\n"
+        f"    {function.strip()}\n    def test_idle(self):\n        time.sleep(0.02)\n"
+    )
+    result = unasked.runpytest(*STRICT)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["test_placed.py::TestIdle::test_idle: utilization 0.0% < 99.0% (min_utilization)*"])
