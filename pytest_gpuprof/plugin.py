@@ -7,10 +7,12 @@ so loading this plugin costs little on a machine that never measures anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
 from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -260,62 +262,64 @@ TOUCHED = pytest.StashKey[bool]()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """Every test's call, the one per-test hook of a run whose session has not started:
-    a marker a fixture added (``applymarker``) or a fixture asked for by name starts it."""
+    """Every test's call, the one per-test hook registered in every run (docs/design.md,
+    "Start-up"). A test of the plugin's is measured (its whole call, where it has a budget
+    and no fixture) and judged as its call ends. Its markers are read again: a fixture may
+    have added one since the test began (``applymarker``; one inside the call comes too
+    late to measure the call whole). A test that is nothing of the plugin's as its call
+    starts runs untouched, unless it asks for a fixture by name inside the call
+    (``getfixturevalue``): that measures it, and it is judged too."""
     stash = item.stash
-    # read again: a fixture may have added a marker (``applymarker``) since the test began
-    if not touch.touches(item) and PROFILER not in stash:
-        # nothing of the plugin's as the call starts (``TOUCHED`` says so already where the
-        # session runs): an ``applymarker`` inside it comes too late to measure it whole, but
-        # a fixture it asks for by name inside it (``getfixturevalue``) measures it
-        try:
-            result = yield
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
-            if PROFILER in stash:
-                stash[TOUCHED] = True
-                _start(item.config).give_verdict(item, raised=e)
-            raise
-        if PROFILER in stash:
-            stash[TOUCHED] = True
-            _start(item.config).give_verdict(item)
-        return result
-    stash[TOUCHED] = True
-    from pytest_gpuprof.harness import items
-
-    session = _start(item.config)
-    # the markers as they read now: whatever added them since collection
-    budget = items.budget_of(session.settings, item)
-    whole = items.measures_whole(session.settings, item)
-    profiler = item.stash.get(PROFILER, None)
-    if whole:
-        profiler = session.profiler(budget, item.nodeid)
-        item.stash[PROFILER] = profiler
-    elif profiler is not None:
-        profiler.start_call(budget)
+    whole = _call_starts(item) if touch.touches(item) or PROFILER in stash else None
     try:
-        if whole and profiler is not None:
-            done: list[Window] = []
-            try:
-                with profiler.window("test") as done:
-                    result = yield
-            finally:
-                try:
-                    session.backend.source.drain()  # the call's device work is in its window, or lost with it
-                    if done:
-                        profiler.keep(done[0])
-                finally:
-                    profiler.end()
-        else:
+        if whole is None:
             result = yield
+        else:
+            with whole:
+                result = yield
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:
-        session.give_verdict(item, raised=e)  # a failing call keeps its verdict (a failed check())
+        if PROFILER in stash:
+            _start(item.config).give_verdict(item, raised=e)  # a failing call keeps its verdict (a failed check())
         raise
-    session.give_verdict(item)
+    if PROFILER in stash:
+        stash[TOUCHED] = True  # measured from inside its call: its reports are the plugin's too
+        _start(item.config).give_verdict(item)
     return result
+
+
+def _call_starts(item: pytest.Item) -> AbstractContextManager[None] | None:
+    """A test of the plugin's, as its call starts: the session started, the budget its
+    markers give now; where it has a budget and no fixture, its whole call as a window, to
+    be entered around the call."""
+    from pytest_gpuprof.harness import items
+
+    item.stash[TOUCHED] = True
+    session = _start(item.config)
+    budget = items.budget_of(session.settings, item)  # whatever added a marker since collection
+    if not items.measures_whole(session.settings, item):
+        profiler = item.stash.get(PROFILER, None)
+        if profiler is not None:
+            profiler.start_call(budget)
+        return None
+    profiler = item.stash[PROFILER] = session.profiler(budget, item.nodeid)
+    return _whole_call(session, profiler)
+
+
+@contextlib.contextmanager
+def _whole_call(session: GpuSession, profiler: Profiler) -> Iterator[None]:
+    done: list[Window] = []
+    try:
+        with profiler.window("test") as done:
+            yield
+    finally:
+        try:
+            session.backend.source.drain()  # the call's device work is in its window, or lost with it
+            if done:
+                profiler.keep(done[0])
+        finally:
+            profiler.end()
 
 
 # the session's hooks, registered with it (``pytest_configure``)
