@@ -67,8 +67,12 @@ def asked(config: pytest.Config) -> bool:
     """Whether the run asks anything of the plugin before a test does: a ``--gpu-*``
     option, the plugin's hypothesis profile, or a ``pyproject.toml`` that names it
     (``config.Settings`` then reads and checks ``[tool.gpuprof]`` at start-up; a file that
-    never says "gpuprof" has no such table, and one that cannot be read is for it to say)."""
+    never says "gpuprof" has no such table, and one that cannot be read is for it to say).
+    And an xdist controller: it collects no test, yet gathers what its workers measured."""
     if any(config.getoption(o.flag) not in (None, False) for o in TABLE):
+        return True
+    distributed = config.getoption("numprocesses", None) or config.getoption("dist", "no") not in ("no", None)
+    if distributed and getattr(config, "workerinput", None) is None:
         return True
     if config.getoption("hypothesis_profile", None) == "gpuprof":
         return True

@@ -189,3 +189,25 @@ def pytest_collection_modifyitems(items):
     result = unasked.runpytest(*STRICT)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["test_placed.py::TestIdle::test_idle: utilization 0.0% < 99.0% (min_utilization)*"])
+
+
+def test_an_xdist_controller_gathers_what_its_workers_measured(unasked):
+    """The controller collects no test: it starts its session at start-up, so that its
+    summary holds what the workers measured in a run that asked nothing."""
+    unasked.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_budget(min_utilization=0.99)
+        def test_upload(gpu_workload):
+            gpu_workload.upload(16 << 20)
+            gpu_workload.compute(ms=2)
+
+        def test_plain():
+            pass
+        """
+    )
+    result = unasked.runpytest("-n", "2")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*gpuprof: true GPU utilization*", "*test_upload*warn: breach min_utilization*"])
+    assert touch.asked(unasked.parseconfig("-n", "2")) and not touch.asked(unasked.parseconfig("-n", "0"))
