@@ -126,14 +126,19 @@ def test_a_leak_is_what_the_window_kept_and_the_call_still_holds_at_its_end(prog
         assert counted.leaked_bytes == exact.leaked_bytes
 
 
-LEAKS_AT_THE_CALLS_END = """
+# a conftest's fixture that holds buffers past the test's call: freed in its teardown
+KEPT = """
 import pytest
 
 @pytest.fixture
 def kept():
     held = []
-    yield held  # held past the call: freed in the fixture's teardown
+    yield held
     held.clear()
+"""
+
+LEAKS_AT_THE_CALLS_END = """
+import pytest
 
 @pytest.mark.gpu_budget(max_leaked_bytes=0, steps={"fill": {"max_leaked_bytes": 0}})
 def test_freed_before_the_call_ends(gpuprof, gpu_workload):
@@ -171,6 +176,7 @@ def test_a_window_whose_buffers_the_call_freed_passes_max_leaked_bytes_0(pyteste
     """A test that allocated in a step and freed the buffer before its call ended passes
     ``max_leaked_bytes=0`` (the window's and the step's), whatever came between; of two
     windows, the one whose buffer the call still held fails, with its bytes only."""
+    pytester.makeconftest(KEPT)
     pytester.makepyfile(test_leaks=LEAKS_AT_THE_CALLS_END)
     result = pytester.runpytest("--gpu-budget", "--gpu-report=r.json")
     result.assert_outcomes(passed=1, failed=2)
@@ -384,15 +390,10 @@ def test_max_memory_fails_however_the_marker_arrives(pytester, placement):
 
 
 def test_max_leaked_bytes_names_the_step_that_kept_memory(pytester):
+    pytester.makeconftest(KEPT)
     pytester.makepyfile(
         """
         import pytest
-
-        @pytest.fixture
-        def kept():
-            held = []
-            yield held  # held past the call: freed in the fixture's teardown
-            held.clear()
 
         @pytest.mark.gpu_budget(max_leaked_bytes=0)
         def test_cache(gpuprof, gpu_workload, kept):
@@ -635,15 +636,10 @@ def test_the_html_page_draws_the_device_memory_held_with_its_peak(pytester):
 
 
 def test_a_steps_max_leaked_bytes_fails_the_step_that_kept_memory_and_passes_one_that_freed_it(pytester):
+    pytester.makeconftest(KEPT)
     pytester.makepyfile(
         """
         import pytest
-
-        @pytest.fixture
-        def kept():
-            held = []
-            yield held  # held past the call: freed in the fixture's teardown
-            held.clear()
 
         @pytest.mark.gpu_budget(steps={"cache": {"max_leaked_bytes": 0}, "scratch": {"max_leaked_bytes": 0}})
         def test_cache(gpuprof, gpu_workload, kept):
