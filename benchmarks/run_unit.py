@@ -106,10 +106,11 @@ def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> d
     for i in range(saves):
         rc, text = _pytest(folder, f"--gpu-storage={store}", "--gpu-save=main", f"--gpu-report=s{i}.json")
         saved = "baseline saved" in text
-        print(f"save {i + 1}: exit {rc}, {'saved' if saved else 'NOT SAVED'}", flush=True)
+        medians = _medians(folder / f"s{i}.json")
+        print(f"save {i + 1}: exit {rc}, {'saved' if saved else 'NOT SAVED'}, {_short(medians)}", flush=True)
         if not saved:
             print(text[-3000:])
-        results["saves"].append(_medians(folder / f"s{i}.json"))
+        results["saves"].append(medians)
     for i in range(compares):
         rc, text = _pytest(
             folder,
@@ -120,8 +121,12 @@ def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> d
         )
         report = json.loads((folder / f"c{i}.json").read_text())
         outcomes = {t["nodeid"]: t["outcome"] for t in report["tests"]}
-        lines = [line.strip() for line in text.splitlines() if "between" in line or ": regression" in line]
-        print(f"compare {i + 1}: exit {rc}, {outcomes}", flush=True)
+        lines = [
+            line.strip()
+            for line in text.splitlines()
+            if "between" in line or ": regression" in line or ": runner" in line
+        ]
+        print(f"compare {i + 1}: exit {rc}, {outcomes}, {_short(_medians(folder / f'c{i}.json'))}", flush=True)
         for line in lines:
             print(f"    {line}")
         results["compares"].append({"outcomes": outcomes, "medians": _medians(folder / f"c{i}.json"), "lines": lines})
@@ -145,10 +150,17 @@ def _medians(path: Path) -> dict[str, dict[str, float]]:
         rounds = t.get("rounds", {})
         out[t["nodeid"]] = {
             m: sorted(rounds[m]["samples"])[len(rounds[m]["samples"]) // 2]
-            for m in ("wall_ms", "kernel_ms", "utilization")
+            for m in ("wall_ms", "kernel_ms", "utilization", "runner_probe_ms")
             if m in rounds
         }
     return out
+
+
+def _short(medians: dict[str, dict[str, float]]) -> str:
+    return "; ".join(
+        f"{nodeid.split('::')[-1]} " + " ".join(f"{m} {v:.4g}" for m, v in figures.items())
+        for nodeid, figures in medians.items()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,6 +118,13 @@ METRICS: tuple[Metric, ...] = (
         unseen="no kernel ran",
     ),
     Metric("kernels", "window", "count", "kernels launched in the window", comparable=False),
+    Metric(
+        "runner_probe_ms",
+        "window",
+        "ms",
+        "a fixed Python loop timed just before the window: how fast the runner's host ran then",
+        unseen="timed before each window of gpuprof.measure() and gpuprof.window() on the real clock only",
+    ),
     Metric("count", "step", "count", "instances of the step (nested ones of one name count once)"),
     Metric("host_ms", "step", "ms", "total host time of the step in the window", Limit("max_ms", "max")),
     Metric("host_ms_max", "step", "ms", "the longest instance of the step"),

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +25,7 @@ from pytest_gpuprof.analysis.nvtx import as_steps
 from pytest_gpuprof.analysis.processes import note as process_note
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
+from pytest_gpuprof.capture.probe import runner_probe_ms
 from pytest_gpuprof.harness.drained import Drained, Sampler, shared_since, with_children
 from pytest_gpuprof.harness.spans import SpanRecorder
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
@@ -86,7 +87,7 @@ class WindowCollector:
         self._warming = 0  # inside ``unmeasured`` (a measure()'s warm-up)
         self._open = 0  # windows open now: one inside another is cut at once
         self._pending: list[
-            tuple[list[Window], str, int, int, dict[str, float] | None, list[str], tuple[int, int] | None]
+            tuple[list[Window], str, int, int, dict[str, float] | None, list[str], tuple[int, int] | None, float | None]
         ] = []
         # device work that ran outside every window once windows were cut: said, not judged
         self.outside: list[str] = []
@@ -114,6 +115,8 @@ class WindowCollector:
         self._measuring += 1
         collecting = gc.isenabled()
         gc.disable()
+        # the runner's speed, outside the window (the virtual clock gives host code no time)
+        probe = None if self.backend.clock.virtual else runner_probe_ms()
         edge = self.channels.gpm.edge() if self.channels.gpm is not None else None
         started_s = time.time()  # NVML's per-process samples are stamped in wall time
         # the memory marks stand just outside the window's edges: reading an allocator's
@@ -144,9 +147,9 @@ class WindowCollector:
                 shared = shared_since(self.channels.sampler, started_s)
                 marks = (first, last) if first is not None and last is not None else None
                 if deferred:
-                    self._pending.append((out, label, start, end, gpm, shared, marks))
+                    self._pending.append((out, label, start, end, gpm, shared, marks, probe))
                 else:
-                    self._cut(out, label, start, end, gpm, shared, marks)
+                    self._cut(out, label, start, end, gpm, shared, marks, probe)
                     if not self.measuring:
                         self.reset()
 
@@ -159,9 +162,11 @@ class WindowCollector:
         gpm: dict[str, float] | None,
         notes: list[str],
         marks: tuple[int, int] | None,
+        probe: float | None = None,
     ) -> None:
         timeline = self.timeline(start, end, gpm, notes, marks)
-        out.append(Window(label, metrics_mod.compute(timeline, self.channels.pinned_gbps), timeline))
+        metrics = replace(metrics_mod.compute(timeline, self.channels.pinned_gbps), runner_probe_ms=probe)
+        out.append(Window(label, metrics, timeline))
 
     @contextmanager
     def batch(self, label: str = "measure") -> Iterator[None]:
@@ -182,8 +187,8 @@ class WindowCollector:
             self._measuring -= 1
             pending, self._pending = self._pending, []
             try:
-                for out, label, start, end, gpm, notes, marks in pending:
-                    self._cut(out, label, start, end, gpm, notes, marks)
+                for out, label, start, end, gpm, notes, marks, probe in pending:
+                    self._cut(out, label, start, end, gpm, notes, marks, probe)
             finally:
                 if not self.measuring:
                     self.reset()

@@ -148,7 +148,16 @@ LISTED_KERNELS = "kernels:+5%"
 KERNEL_FLOOR = 0.01
 
 Finding = Literal[
-    "regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished", "clock"
+    "regression",
+    "inconclusive",
+    "improvement",
+    "unchanged",
+    "missing",
+    "absent",
+    "appeared",
+    "vanished",
+    "clock",
+    "runner",
 ]
 
 
@@ -162,6 +171,7 @@ class Change:
     samples: tuple[int, int] = (0, 0)
     spread: Spread | None = None  # between runs, from the baseline's history; None: not asked
     clock: str | None = None  # the SM clocks of both sides, where the change is theirs
+    runner: str | None = None  # the runner probes of both sides, where the change is theirs
 
     @property
     def inert(self) -> bool:
@@ -187,6 +197,7 @@ class Change:
             "inert": self.inert,
             **({"between_runs": self.spread.to_dict()} if self.spread is not None else {}),
             **({"clock": self.clock} if self.clock else {}),
+            **({"runner": self.runner} if self.runner else {}),
         }
 
     @property
@@ -223,7 +234,7 @@ class Change:
         inert = ""
         if self.inert:
             inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
-        clock = f" ({self.clock})" if self.clock else ""
+        clock = "".join(f" ({why})" for why in (self.clock, self.runner) if why)
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}"
@@ -352,9 +363,10 @@ def compare_tests(
 
     def judged(t: Threshold, before: list[float], now: list[float]) -> Change:
         change = assess(t, before, now, spread(t.metric))
-        return (
-            _in_cycles(change, before, now, baseline_test, current_test) if change.finding == "regression" else change
-        )
+        if change.finding != "regression":
+            return change
+        change = _in_cycles(change, before, now, baseline_test, current_test)
+        return _on_runner(change, before, baseline_test, current_test, spread(RUNNER))
 
     out = []
     for t in thresholds:
@@ -396,6 +408,49 @@ def _in_cycles(
     if cycles.finding == "regression":
         return replace(change, clock=f"{clocks}; a regression in cycles too")
     return replace(change, finding="clock", clock=f"{clocks}: in cycles, {cycles.finding}")
+
+
+# the runner's speed, timed before each window (``capture.probe``)
+RUNNER = "runner_probe_ms"
+# what the host's speed moves: the window's time outside its kernels, and what it sets
+ON_THE_HOST = ("wall_ms", "utilization", "overhead_ms")
+
+
+def _on_runner(
+    change: Change,
+    before: list[float],
+    baseline_test: dict[str, Any],
+    current_test: dict[str, Any],
+    probe: Spread | None,
+) -> Change:
+    """A host-bound regression read at the baseline's runner speed, where the runner probe
+    says this run's host was clearly slower (over the rounds and beyond the spread between
+    runs): each round's time outside its kernels divided by the probes' ratio. A change the
+    runner explains reads ``runner``, naming both probes, never ``regression``; code that
+    got slower on a slower runner is a regression still."""
+    metric = change.threshold.metric
+    base_probe, now_probe = samples_of(baseline_test, RUNNER), samples_of(current_test, RUNNER)
+    walls, kernels = samples_of(current_test, "wall_ms"), samples_of(current_test, "kernel_ms")
+    if metric not in ON_THE_HOST or not base_probe or not now_probe or len(walls) != len(kernels) or not walls:
+        return change
+    slower = assess(Threshold(RUNNER, 1, 0.0, "%", f"{RUNNER}:+0%"), base_probe, now_probe, probe)
+    if slower.finding != "regression" or not slower.baseline or not slower.current:
+        return change
+    ratio = slower.current / slower.baseline
+    at_base = [k + (w - k) / ratio for w, k in zip(walls, kernels, strict=True)]
+    values = {
+        "wall_ms": at_base,
+        "utilization": [k / w if w > 0 else 0.0 for w, k in zip(at_base, kernels, strict=True)],
+        "overhead_ms": [w - k for w, k in zip(at_base, kernels, strict=True)],
+    }[metric]
+    again = assess(change.threshold, before, values, change.spread)
+    speeds = (
+        f"runner probe {slower.baseline:.3f} ms in the baseline, {slower.current:.3f} ms now: "
+        f"the host {100 * (ratio - 1):.0f}% slower"
+    )
+    if again.finding == "regression":
+        return replace(change, runner=f"{speeds}; a regression at the baseline's speed too")
+    return replace(change, finding="runner", runner=f"{speeds}; at the baseline's speed, {again.finding}")
 
 
 def _bits(test: dict[str, Any], path: str) -> int | None:

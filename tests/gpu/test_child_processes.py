@@ -244,7 +244,12 @@ def test_torchrun_ranks_are_processes_with_their_ranks(traced, tmp_path):
         # its n timed matmuls and the warm-up one (the fill: microseconds). The warm-up runs
         # on a device just woken, up to twice one timed matmul (2% over one failed once, H100)
         one = float(events) / int(n)
-        assert 0.98 * one * (int(n) + 1) <= figures.kernel_ms <= 1.02 * one * (int(n) + 2), (rank, figures, events)
+        assert 0.98 * one * (int(n) + 1) <= figures.kernel_ms <= 1.02 * one * (int(n) + 2), (
+            rank,
+            n,
+            events,
+            figures.kernel_ms,
+        )
     agent = [p for p in m.processes[1:] if p.rank is None]
     assert [p.kernel_ms for p in agent] == [0.0]  # torchrun's own process: traced, no kernels
     assert m.kernel_ms >= max(p.kernel_ms or 0.0 for p in ranks.values())

@@ -82,8 +82,11 @@ def test_freed_before_the_call_ends(gpuprof):
     def body():
         with gpuprof.step("cache"):
             held.append(torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    def between():
+        with gpuprof.step("cache"):
+            torch.ones(1 << 20, device="cuda").sum()
     gpuprof.measure(body, rounds=2, warmup=0)
-    gpuprof.measure(lambda: torch.ones(1 << 20, device="cuda").sum(), rounds=1, warmup=0)
+    gpuprof.measure(between, rounds=1, warmup=0)  # another window in between
     held.clear()
 """
 
