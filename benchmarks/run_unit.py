@@ -2,6 +2,7 @@
 then compared M times, each run a fresh process, under the gate a pull request would use.
 
 ``python benchmarks/run_unit.py [--saves 6] [--compares 6] [--ab PAIRS] [--out DIR]``
+``python benchmarks/run_unit.py --cpu 3 --saves 6 --compares 2 --hogged 4 --slower 4``
 
 Prints, per test, how many of the compared runs failed, each run's medians and every
 comparison line of the gated metrics (the spread between runs and the smallest detectable
@@ -9,6 +10,11 @@ change they state). The PyTorch test is launch-bound (6 Linear layers, 200 forwa
 round); the JAX test a jitted matmul loop. ``--fail`` sets the gate. ``--ab PAIRS`` then
 runs ``gpuprof ab`` of the same code against itself (a git repository of the two files) under
 the same gate: what the same runner says when both sides run in turns.
+
+``--cpu`` pins every run to one CPU; ``--hogged N`` then compares N runs beside a busy
+process on that CPU (a runner made slower, the code unchanged: each should read ``runner``
+or pass), ``--slower N`` N more with ``--work`` host iterations added to each call (slower
+code on the slower runner: each must fail).
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 GATE = "wall_ms:+2%,utilization:-2pt,kernel_ms:+1%,kernels:+1%"
 
 TORCH = """
+import os
 import pytest
+
+WORK = int(os.environ.get("GPUPROF_HOST_WORK", "0"))  # a slower change of the code: host work
 
 def test_torch_launch_bound(gpuprof):
     torch = pytest.importorskip("torch")
@@ -37,13 +48,17 @@ def test_torch_launch_bound(gpuprof):
         with torch.no_grad():
             for _ in range(200):
                 layers(x)
+                sum(range(WORK))
         torch.cuda.synchronize()
 
     gpuprof.measure(body, rounds=5, warmup=1)
 """
 
 JAX = """
+import os
 import pytest
+
+WORK = int(os.environ.get("GPUPROF_HOST_WORK", "0"))
 
 def test_jax_loop(gpuprof):
     jax = pytest.importorskip("jax")
@@ -56,6 +71,7 @@ def test_jax_loop(gpuprof):
         b = a
         for _ in range(20):
             b = step(b)
+            sum(range(WORK))
         b.block_until_ready()
 
     gpuprof.measure(body, rounds=5, warmup=1)
@@ -68,11 +84,31 @@ def _plugin_args() -> list[str]:
     return [] if installed else ["-p", "pytest_gpuprof.plugin"]
 
 
-def _pytest(folder: Path, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+def _pinned(cpu: int | None) -> Callable[[], None] | None:
+    return None if cpu is None else lambda: os.sched_setaffinity(0, {cpu})
+
+
+def _pytest(folder: Path, *args: str, cpu: int | None = None, work: int = 0) -> tuple[int, str]:
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "GPUPROF_HOST_WORK": str(work)}
     command = [sys.executable, "-m", "pytest", ".", "-q", "-p", "no:cacheprovider", *_plugin_args(), *args]
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(
+        command, cwd=folder, capture_output=True, text=True, env=env, check=False, preexec_fn=_pinned(cpu)
+    )
     return done.returncode, done.stdout + done.stderr
+
+
+@contextmanager
+def _hog(cpu: int | None, on: bool) -> Iterator[None]:
+    """A busy process on the runs' CPU: the runner made slower, the code unchanged."""
+    if not on:
+        yield
+        return
+    hog = subprocess.Popen([sys.executable, "-c", "while 1: pass"], preexec_fn=_pinned(cpu))
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def _ab(folder: Path, pairs: int, gate: str) -> dict:
@@ -96,7 +132,20 @@ def _ab(folder: Path, pairs: int, gate: str) -> dict:
     return {"exit": done.returncode, "report": report}
 
 
-def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> dict:
+def run(
+    saves: int,
+    compares: int,
+    gate: str,
+    out: Path,
+    ab_pairs: int = 0,
+    *,
+    cpu: int | None = None,
+    hogged: int = 0,
+    slower: int = 0,
+    work: int = 10_000,
+) -> dict:
+    """``hogged`` compared runs beside a busy process on ``cpu`` (a slower runner), then
+    ``slower`` ones beside it with ``work`` more host iterations a call (slower code too)."""
     folder = Path(tempfile.mkdtemp(prefix="gpuprof-run-unit-"))
     (folder / "test_torch.py").write_text(TORCH)
     (folder / "test_jax.py").write_text(JAX)
@@ -104,21 +153,25 @@ def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> d
     started = time.time()
     results: dict = {"gate": gate, "saves": [], "compares": []}
     for i in range(saves):
-        rc, text = _pytest(folder, f"--gpu-storage={store}", "--gpu-save=main", f"--gpu-report=s{i}.json")
+        rc, text = _pytest(folder, f"--gpu-storage={store}", "--gpu-save=main", f"--gpu-report=s{i}.json", cpu=cpu)
         saved = "baseline saved" in text
         medians = _medians(folder / f"s{i}.json")
         print(f"save {i + 1}: exit {rc}, {'saved' if saved else 'NOT SAVED'}, {_short(medians)}", flush=True)
         if not saved:
             print(text[-3000:])
         results["saves"].append(medians)
-    for i in range(compares):
-        rc, text = _pytest(
-            folder,
-            f"--gpu-storage={store}",
-            "--gpu-compare=main",
-            f"--gpu-compare-fail={gate}",
-            f"--gpu-report=c{i}.json",
-        )
+    kinds = ["unchanged"] * compares + ["slower runner"] * hogged + ["slower runner, slower code"] * slower
+    for i, kind in enumerate(kinds):
+        with _hog(cpu, kind != "unchanged"):
+            rc, text = _pytest(
+                folder,
+                f"--gpu-storage={store}",
+                "--gpu-compare=main",
+                f"--gpu-compare-fail={gate}",
+                f"--gpu-report=c{i}.json",
+                cpu=cpu,
+                work=work if kind.endswith("code") else 0,
+            )
         report = json.loads((folder / f"c{i}.json").read_text())
         outcomes = {t["nodeid"]: t["outcome"] for t in report["tests"]}
         lines = [
@@ -126,19 +179,24 @@ def run(saves: int, compares: int, gate: str, out: Path, ab_pairs: int = 0) -> d
             for line in text.splitlines()
             if "between" in line or ": regression" in line or ": runner" in line
         ]
-        print(f"compare {i + 1}: exit {rc}, {outcomes}, {_short(_medians(folder / f'c{i}.json'))}", flush=True)
+        shown = _short(_medians(folder / f"c{i}.json"))
+        print(f"compare {i + 1} ({kind}): exit {rc}, {outcomes}, {shown}", flush=True)
         for line in lines:
             print(f"    {line}")
-        results["compares"].append({"outcomes": outcomes, "medians": _medians(folder / f"c{i}.json"), "lines": lines})
+        entry = {"kind": kind, "outcomes": outcomes, "medians": _medians(folder / f"c{i}.json"), "lines": lines}
+        results["compares"].append(entry)
     if ab_pairs:
         results["ab"] = _ab(folder, ab_pairs, gate)
-    failed: dict[str, int] = {}
+    failed: dict[str, dict[str, int]] = {}
     for c in results["compares"]:
         for nodeid, outcome in c["outcomes"].items():
-            failed[nodeid] = failed.get(nodeid, 0) + (outcome == "failed")
+            of_kind = failed.setdefault(c["kind"], {})
+            of_kind[nodeid] = of_kind.get(nodeid, 0) + (outcome == "failed")
     results["failed"] = failed
     results["seconds"] = round(time.time() - started, 1)
-    print(f"failed of {compares} unchanged compared runs: {failed} ({results['seconds']} s)")
+    for kind, count in failed.items():
+        print(f"failed of {kinds.count(kind)} compared runs ({kind}): {count}")
+    print(f"({results['seconds']} s)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "run_unit.json").write_text(json.dumps(results, indent=2))
     return results
@@ -170,8 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail", default=GATE)
     parser.add_argument("--ab", type=int, default=0, metavar="PAIRS", help="then gpuprof ab of the code against itself")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--cpu", type=int, help="pin every run to this CPU")
+    parser.add_argument("--hogged", type=int, default=0, help="then compared runs beside a busy process on --cpu")
+    parser.add_argument("--slower", type=int, default=0, help="then those with slower host code too")
+    parser.add_argument("--work", type=int, default=10_000, help="host iterations a call that --slower adds")
     args = parser.parse_args(argv)
-    run(args.saves, args.compares, args.fail, args.out, args.ab)
+    if (args.hogged or args.slower) and args.cpu is None:
+        parser.error("--hogged and --slower need --cpu")
+    run(
+        args.saves,
+        args.compares,
+        args.fail,
+        args.out,
+        args.ab,
+        cpu=args.cpu,
+        hogged=args.hogged,
+        slower=args.slower,
+        work=args.work,
+    )
     return 0
 
 

@@ -239,17 +239,17 @@ def test_torchrun_ranks_are_processes_with_their_ranks(traced, tmp_path):
     print(f"\ntorchrun: {m.processes}; window kernel_ms {m.kernel_ms:.3f}; notes {m.notes}")
     ranks = {p.rank: p for p in m.processes if p.rank is not None}
     assert sorted(ranks) == [0, 1]
+    one_matmul = []  # what one matmul took by each rank's kernel records: least, most
     for rank, figures in ranks.items():
         n, events = (tmp_path / f"rank{rank}").read_text().split()
         # its n timed matmuls and the warm-up one (the fill: microseconds). The warm-up runs
-        # on a device just woken, up to twice one timed matmul (2% over one failed once, H100)
-        one = float(events) / int(n)
-        assert 0.98 * one * (int(n) + 1) <= figures.kernel_ms <= 1.02 * one * (int(n) + 2), (
-            rank,
-            n,
-            events,
-            figures.kernel_ms,
-        )
+        # on a device just woken, up to twice one timed matmul. The events bound it from
+        # above only: they also count the turns of the other rank's context (still ending,
+        # 71 ms by events for 55.6 ms of kernels once, H100)
+        assert 0 < figures.kernel_ms <= 1.02 * float(events) / int(n) * (int(n) + 2), (rank, n, events, figures)
+        one_matmul.append((figures.kernel_ms / (int(n) + 2), figures.kernel_ms / (int(n) + 1)))
+    # rank 1 ran twice rank 0's matmuls: its records say the same time for one
+    assert max(low for low, _ in one_matmul) <= 1.02 * min(high for _, high in one_matmul), one_matmul
     agent = [p for p in m.processes[1:] if p.rank is None]
     assert [p.kernel_ms for p in agent] == [0.0]  # torchrun's own process: traced, no kernels
     assert m.kernel_ms >= max(p.kernel_ms or 0.0 for p in ranks.values())
