@@ -24,7 +24,8 @@ MAX_ITEMS = 1500
 
 def comparison_lines(record: GpuRecord) -> list[str]:
     """The test's comparison as the page shows it: which baseline record, then each change
-    that is not ``unchanged`` (a regression's line in full)."""
+    that is not ``unchanged``, its line as the terminal gives it (a record from before
+    records held their line: built from its figures)."""
     b = record.baseline
     if b is None:
         return []
@@ -38,6 +39,9 @@ def comparison_lines(record: GpuRecord) -> list[str]:
 
     for c in record.comparisons:
         if c["finding"] in ("unchanged", "absent"):
+            continue
+        if isinstance(c.get("line"), str):  # as the terminal says it: spread, clocks, probes
+            lines.append(c["line"])
             continue
         p = f"; p={c['p']:.3g}" if isinstance(c.get("p"), float) else ""
         finding = c["finding"]

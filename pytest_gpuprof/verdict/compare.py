@@ -575,9 +575,14 @@ class Comparison:
 
     def change_records(self) -> list[dict[str, Any]]:
         """Each change's record for the JSON report, with whether a gating expression judged
-        it (``gates``): a finding past a default threshold is listed, never a regression."""
+        it (``gates``): a finding past a default threshold is listed, never a regression;
+        ``line``: the change as the terminal says it, for every other output to show."""
         gates = {t.text for t in self.gating}
-        return [{**c.to_dict(), "gates": c.threshold.text in gates} for c in self.changes]
+        names = kernel_names(self.changes)
+        return [
+            {**c.to_dict(), "gates": c.threshold.text in gates, "line": c.describe(names, c.threshold.text in gates)}
+            for c in self.changes
+        ]
 
     def record(self) -> dict[str, Any] | None:
         """Which baseline record the test was compared with, for the JSON report."""

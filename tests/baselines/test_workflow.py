@@ -139,8 +139,12 @@ def test_each_output_names_the_baseline_record_and_shows_the_regression(suite, m
     )
     assert not any(line.endswith(": regression") for line in page["test_alpha"]["compare"])
     # a kernel past the listed default is changed, not a regression, on the page as in the terminal
-    listed = [line for line in page["test_omega"]["compare"] if line.startswith("kernels.")]
+    listed = [line for line in page["test_omega"]["compare"] if line.startswith("kernel ")]
     assert listed and all(line.endswith("(beyond the default kernels:+5%, not a gate)") for line in listed)
+    # each line as the terminal gives it, the spread between runs included
+    (gated,) = [line for line in page["test_omega"]["compare"] if line.startswith("kernel_ms: ")]
+    assert f"    {gated}" in result.stdout.lines
+    assert "between-run spread unknown (1 baseline run): the rounds decide alone" in gated
 
 
 def test_gpu_only_with_a_save_or_a_compare_is_refused(suite):
