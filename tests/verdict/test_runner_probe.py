@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plugin_runs import entry, report_of
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.verdict.compare import RUNNER, assess, compare_tests, parse_thresholds
@@ -80,15 +81,41 @@ def samples(entry, metric):
 
 
 def test_gpuprof_compare_prints_the_probes_and_fails_slower_code_on_any_runner(tmp_path, capsys):
-    def report(entry):
+    def report(test):
         machine = {"id": "host-aaa", "gpu": "g", "backend": "host"}
-        return {"schema": 1, "created": "x", "machine": machine, "tests": [entry]}
+        return {"schema": 1, "created": "x", "machine": machine, "tests": [test]}
 
     files = {}
-    for name, entry in {"base": BASE, "fast": run(10.0, 26.0, 0.300), "slow": run(10.0, 26.0, 5.0)}.items():
+    for name, test in {"base": BASE, "fast": run(10.0, 26.0, 0.300), "slow": run(10.0, 26.0, 5.0)}.items():
         files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(json.dumps(report(entry)))
+        files[name].write_text(json.dumps(report(test)))
     for runner, probe in (("fast", "0.300"), ("slow", "5.000")):
         assert cli.main(["compare", str(files["base"]), str(files[runner]), "--fail", "wall_ms:+2%"]) == 1
         out = capsys.readouterr().out
         assert f"): regression (runner probe 0.700 ms in the baseline, {probe} ms now)" in out
+
+
+PROBED = """
+def test_rounds(gpuprof, gpu_workload):
+    gpuprof.measure(lambda: gpu_workload.compute(ms=1), rounds=3, warmup=1)
+
+def test_whole(gpu_workload):
+    gpu_workload.compute(ms=1)
+"""
+
+
+@pytest.mark.parametrize("clock", ["real", "virtual"])
+def test_each_round_of_a_window_times_the_probe_on_the_real_clock_only(pytester, clock):
+    """A measured round has its probe; a test measured whole, and any window of the virtual
+    clock (where host code takes no time), has none: null, never 0."""
+    pytester.makepyfile(test_probed=PROBED)
+    result, report = report_of(pytester, f"--gpu-host-clock={clock}")
+    result.assert_outcomes(passed=2)
+    rounds, whole = entry(report, "test_rounds"), entry(report, "test_whole")
+    assert whole["metrics"][RUNNER] is None and RUNNER not in whole.get("rounds", {})
+    if clock == "virtual":
+        assert rounds["metrics"][RUNNER] is None and RUNNER not in rounds["rounds"]
+        return
+    samples = rounds["rounds"][RUNNER]["samples"]
+    assert len(samples) == 3 and all(ms > 0 for ms in samples)
+    assert rounds["metrics"][RUNNER] == sorted(samples)[1]
