@@ -71,7 +71,7 @@ class Metrics:
     memory_unseen: str | None = None
     # the processes whose device work the window holds, the test's own first (``processes``)
     processes: tuple[ProcessFigures, ...] = ()
-    # the runner's speed just before the window (``harness.probe``): ``None`` where not timed
+    # the runner's speed just before the window (``capture.probe``): ``None`` where not timed
     runner_probe_ms: float | None = None
 
     def flat(self) -> dict[str, float]:

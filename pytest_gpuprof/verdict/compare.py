@@ -148,15 +148,7 @@ LISTED_KERNELS = "kernels:+5%"
 KERNEL_FLOOR = 0.01
 
 Finding = Literal[
-    "regression",
-    "inconclusive",
-    "improvement",
-    "unchanged",
-    "missing",
-    "absent",
-    "appeared",
-    "vanished",
-    "clock",
+    "regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished", "clock"
 ]
 
 
@@ -233,11 +225,11 @@ class Change:
         inert = ""
         if self.inert:
             inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
-        clock = "".join(f" ({why})" for why in (self.clock, self.runner) if why)
+        beside = "".join(f" ({why})" for why in (self.clock, self.runner) if why)
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}"
-            f"{self._between_runs(fmt)}): {self.named(gating)}{clock}{inert}"
+            f"{self._between_runs(fmt)}): {self.named(gating)}{beside}{inert}"
         )
 
     def _between_runs(self, fmt: Callable[..., str]) -> str:
