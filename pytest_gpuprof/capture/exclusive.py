@@ -212,7 +212,8 @@ class DeviceLock:
                     os.close(second)
             got.set()
 
-        threading.Thread(target=take, name="gpuprof-device-lock", daemon=True).start()
+        helper = threading.Thread(target=take, name="gpuprof-device-lock", daemon=True)
+        helper.start()
         while not got.wait(max(0.0, min(SAY_EVERY_S, self.timeout_s - (time.monotonic() - start)))):
             waited = time.monotonic() - start
             if waited >= self.timeout_s:
@@ -228,6 +229,7 @@ class DeviceLock:
                 f"gpuprof: still waiting for GPU {self.key} ({waited:.0f} s of {self.timeout_s:g}), held by {holder_of(fd, path)}"
             )
         os.close(second)  # the lock stays with ``fd``: the same open file
+        helper.join()  # it set ``got`` as its last step: no thread of the wait outlives it
         return (time.monotonic() - start) * 1000, holder
 
     def acquire(self, who: str) -> tuple[float, str]:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,18 @@ def test_a_wait_is_said_at_once_naming_the_holder_and_ends_at_the_timeout(tmp_pa
     # holder dies and lets go of it at once, so this acquire may wait those milliseconds.)
     waited, whom = DeviceLock("GPU-c", tmp_path, timeout_s=5).acquire("t.py::test_victim")
     assert waited == 0.0 or f"pid {holder.pid} " not in whom
+    assert helpers_end()
+
+
+def helpers_end(within_s: float = 30.0) -> bool:
+    """Whether every wait's helper thread ends, a given-up one once its holder is gone
+    (it is scheduled when it is: a busy machine gets it there late)."""
+    deadline = time.monotonic() + within_s
+    while any(t.name == "gpuprof-device-lock" for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(pytester, tmp_path, monkeypatch):
@@ -313,3 +326,4 @@ def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(p
         holder.kill()
         holder.wait()
         holder.stdout.close()
+    assert helpers_end()
