@@ -279,8 +279,10 @@ def test_a_wait_is_said_at_once_naming_the_holder_and_ends_at_the_timeout(tmp_pa
     # the hold goes with its holder: the next acquire takes the device. (The wait given up
     # on leaves its helper thread blocked in the kernel's flock; it takes the lock as the
     # holder dies and lets go of it at once, so this acquire may wait those milliseconds.)
-    waited, whom = DeviceLock("GPU-c", tmp_path, timeout_s=5).acquire("t.py::test_victim")
+    after = DeviceLock("GPU-c", tmp_path, timeout_s=5)
+    waited, whom = after.acquire("t.py::test_victim")
     assert waited == 0.0 or f"pid {holder.pid} " not in whom
+    after.release()  # a helper that this acquire came before takes the lock now, and ends
     assert helpers_end()
 
 
