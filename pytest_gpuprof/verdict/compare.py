@@ -408,8 +408,8 @@ ON_THE_HOST = ("wall_ms", "utilization", "overhead_ms")
 
 def _runner_probes(change: Change, baseline_test: dict[str, Any], current_test: dict[str, Any]) -> Change:
     """A host-bound change with the runner probes of both sides beside it, where both runs
-    timed them: what the reader weighs, never what decides. On an H100 host whose cores ran
-    at two speeds the probe followed the runs' host time (r 0.75-0.96), but beside a busy
+    timed them: what the reader weighs, never what decides. On an H100 host where each process ran
+    at one of two speeds the probe followed the runs' host time (r 0.75-0.96), but beside a busy
     process on the same core it read anything from 1x to 7.6x, and dividing it out passed
     slower code (docs/gates.md, "The runner probe")."""
     before, now = _median(samples_of(baseline_test, RUNNER)), _median(samples_of(current_test, RUNNER))
