@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpuprof.harness.config import Settings, marker_budget
-from pytest_gpuprof.harness.touch import DEVICE_FIXTURES, FIXTURES, touches
+from pytest_gpuprof.harness.touch import DEVICE_FIXTURES, FIXTURES
 from pytest_gpuprof.verdict.budget import Budget
 
-__all__ = ["DEVICE_FIXTURES", "FIXTURES", "budget_of", "measures_whole", "starts_backend", "touches", "uses_device"]
+__all__ = ["budget_of", "measures_whole", "starts_backend", "uses_device"]
 
 
 def budget_of(settings: Settings, item: pytest.Item) -> Budget:

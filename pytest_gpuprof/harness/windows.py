@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -55,6 +55,21 @@ class Window:
     rounds: tuple[Metrics, ...] = ()
 
 
+class _Cut(NamedTuple):
+    """A window that ended, to be cut out of what was drained (at once, or after its batch):
+    the list to fill, its label and edges, GPM's figures and NVML's notes over it, its
+    memory marks, and the runner probe timed before it."""
+
+    out: list[Window]
+    label: str
+    start: int
+    end: int
+    gpm: dict[str, float] | None
+    notes: list[str]
+    marks: tuple[int, int] | None
+    probe: float | None
+
+
 @dataclass
 class Channels:
     """What reads the device and the host beside the backend's own source, started by the
@@ -82,13 +97,10 @@ class WindowCollector:
         # what the source said since the last reset
         self.drained = Drained(backend.source, backend.clock.now())
         self._measuring = 0
-        # windows of a batch, cut once its last one ended: (list to fill, label, edges, gpm, notes)
-        self._batching = 0
+        self._batching = 0  # inside ``batch`` (a measure()'s rounds)
         self._warming = 0  # inside ``unmeasured`` (a measure()'s warm-up)
         self._open = 0  # windows open now: one inside another is cut at once
-        self._pending: list[
-            tuple[list[Window], str, int, int, dict[str, float] | None, list[str], tuple[int, int] | None, float | None]
-        ] = []
+        self._pending: list[_Cut] = []  # the windows of a batch, cut once its last one ended
         # device work that ran outside every window once windows were cut: said, not judged
         self.outside: list[str] = []
 
@@ -146,27 +158,18 @@ class WindowCollector:
             if measured:  # not on Ctrl-C: the interrupted test is not measured
                 shared = shared_since(self.channels.sampler, started_s)
                 marks = (first, last) if first is not None and last is not None else None
+                cut = _Cut(out, label, start, end, gpm, shared, marks, probe)
                 if deferred:
-                    self._pending.append((out, label, start, end, gpm, shared, marks, probe))
+                    self._pending.append(cut)
                 else:
-                    self._cut(out, label, start, end, gpm, shared, marks, probe)
+                    self._cut(cut)
                     if not self.measuring:
                         self.reset()
 
-    def _cut(
-        self,
-        out: list[Window],
-        label: str,
-        start: int,
-        end: int,
-        gpm: dict[str, float] | None,
-        notes: list[str],
-        marks: tuple[int, int] | None,
-        probe: float | None = None,
-    ) -> None:
-        timeline = self.timeline(start, end, gpm, notes, marks)
-        metrics = replace(metrics_mod.compute(timeline, self.channels.pinned_gbps), runner_probe_ms=probe)
-        out.append(Window(label, metrics, timeline))
+    def _cut(self, cut: _Cut) -> None:
+        timeline = self.timeline(cut.start, cut.end, cut.gpm, cut.notes, cut.marks)
+        metrics = replace(metrics_mod.compute(timeline, self.channels.pinned_gbps), runner_probe_ms=cut.probe)
+        cut.out.append(Window(cut.label, metrics, timeline))
 
     @contextmanager
     def batch(self, label: str = "measure") -> Iterator[None]:
@@ -187,8 +190,8 @@ class WindowCollector:
             self._measuring -= 1
             pending, self._pending = self._pending, []
             try:
-                for out, label, start, end, gpm, notes, marks, probe in pending:
-                    self._cut(out, label, start, end, gpm, notes, marks, probe)
+                for cut in pending:
+                    self._cut(cut)
             finally:
                 if not self.measuring:
                     self.reset()
