@@ -1,6 +1,11 @@
 """The run as the unit, end to end on the host backend's virtual clock: runs whose level
 moves by up to 3% from run to run, as on any virtual machine (the level seeded), gated
-against ten saved main runs."""
+against ten saved main runs.
+
+One seeded history, end to end: the rule's false-alarm rate holds over histories
+(tests/analysis/test_run_spread.py), but every run compared with one history shares its
+estimate of the spread, and with other seeds two or more of 20 unchanged runs fail
+(``benchmarks/level_gate.py --seed 7``: ``main~10`` 5 of 20; docs/gates.md)."""
 
 import random
 import re

@@ -1,0 +1,99 @@
+"""The history gate against one history, end to end on the host backend's virtual clock.
+
+``python benchmarks/level_gate.py [--seed 7] [--saves 10] [--compares 20]``
+``python benchmarks/level_gate.py --sketch 4000``
+
+Runs whose level moves uniformly within +-3% (seeded), as on a virtual machine: ``--saves``
+saved as main, then ``--compares`` unchanged runs gated with ``--gpu-compare=main
+--gpu-compare-fail=kernel_ms:+2%`` and ``main~10`` at ``+1%``, then ten runs 10% slower.
+Every compared run shares the one history's estimate of the spread between runs, so the
+false alarms of one history can lie far from the rule's rate over histories.
+``--sketch N`` computes that in numpy instead, over N histories (a run's rounds all at its
+level, as on the virtual clock): the mean false-alarm rate, and the share of histories
+with two or more false alarms in ``--compares`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TEST = """
+import os
+
+def test_kernels(gpuprof, gpu_workload):
+    level = float(os.environ["GPUPROF_LEVEL"])
+    gpuprof.measure(lambda: gpu_workload.compute(ms=4 * level), rounds=5, warmup=0)
+"""
+
+
+def sketch(histories: int, saves: int, compares: int, seed: int) -> None:
+    import numpy as np
+
+    from pytest_gpuprof.analysis.run_spread import Spread
+
+    rng = np.random.default_rng(seed)
+    for name, pooled, threshold in (("main", 1, 0.02), ("main~10", 10, 0.01)):
+        alarms = []
+        for _ in range(histories):
+            levels = 4 * (1 + rng.uniform(-0.03, 0.03, saves))
+            bound = Spread.of(list(levels), pooled=pooled).bound or 0.0
+            base = float(np.median(levels[-pooled:]))
+            new = 4 * (1 + rng.uniform(-0.03, 0.03, compares))
+            alarms.append(int((new - base > max(threshold * base, bound)).sum()))
+        each = np.array(alarms)
+        print(
+            f"{name}: mean false-alarm rate {each.mean() / compares:.1%}; "
+            f"histories with 2 or more of {compares}: {(each >= 2).mean():.0%}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--saves", type=int, default=10)
+    parser.add_argument("--compares", type=int, default=20)
+    parser.add_argument("--sketch", type=int, default=0, metavar="HISTORIES")
+    args = parser.parse_args(argv)
+    if args.sketch:
+        sketch(args.sketch, args.saves, args.compares, args.seed)
+        return 0
+    rng = random.Random(args.seed)
+    folder = Path(tempfile.mkdtemp(prefix="gpuprof-level-gate-"))
+    (folder / "test_level.py").write_text(TEST)
+
+    def level() -> float:
+        return 1 + rng.uniform(-0.03, 0.03)
+
+    def run(at: float, *extra: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "GPUPROF_LEVEL": repr(at)}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpu-host-clock=virtual"]
+        command += ["--gpu-storage=store", *extra]
+        return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, check=False)
+
+    for _ in range(args.saves):
+        run(level(), "--gpu-save=main")
+    failed = {"main": 0, "main~10": 0}
+    lines: dict[str, str] = {}
+    for _ in range(args.compares):
+        at = level()
+        for name, gate in (("main", "kernel_ms:+2%"), ("main~10", "kernel_ms:+1%")):
+            done = run(at, f"--gpu-compare={name}", f"--gpu-compare-fail={gate}")
+            failed[name] += done.returncode == 1
+            found = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("kernel_ms: base")]
+            lines.setdefault(name, found[0] if found else "(no comparison line)")
+    slower = [run(level() * 1.10, "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+2%") for _ in range(10)]
+    caught = sum(done.returncode == 1 for done in slower)
+    print(f"seed {args.seed}: unchanged runs failed {failed} of {args.compares} each; 10% slower caught {caught} of 10")
+    for name, line in lines.items():
+        print(f"  {name}: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
