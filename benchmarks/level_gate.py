@@ -33,23 +33,41 @@ def test_kernels(gpuprof, gpu_workload):
 
 
 def sketch(histories: int, saves: int, compares: int, seed: int) -> None:
+    """The gate's rule in numpy over ``histories`` histories: unchanged runs against each,
+    ten 10% slower ones, and a main that got 10% faster in its newest runs, then slower again."""
     import numpy as np
 
     from pytest_gpuprof.analysis.run_spread import Spread
 
     rng = np.random.default_rng(seed)
+
+    def levels(size: int) -> np.ndarray:
+        return 4 * (1 + rng.uniform(-0.03, 0.03, size))
+
+    def alarms(history: np.ndarray, base: float, threshold: float, new: np.ndarray) -> int:
+        spread = Spread.of(list(history[::-1]))  # newest first
+        return sum(v - base > threshold * base and spread.beyond(float(v), 1) for v in new)
+
     for name, pooled, threshold in (("main", 1, 0.02), ("main~10", 10, 0.01)):
-        alarms = []
+        false, missed = [], []
         for _ in range(histories):
-            levels = 4 * (1 + rng.uniform(-0.03, 0.03, saves))
-            bound = Spread.of(list(levels), pooled=pooled).bound or 0.0
-            base = float(np.median(levels[-pooled:]))
-            new = 4 * (1 + rng.uniform(-0.03, 0.03, compares))
-            alarms.append(int((new - base > max(threshold * base, bound)).sum()))
-        each = np.array(alarms)
+            history = levels(saves)
+            base = float(np.median(history[-pooled:]))
+            false.append(alarms(history, base, threshold, levels(compares)))
+            missed.append(10 - alarms(history, base, threshold, levels(10) * 1.10))
+        each, lost = np.array(false), np.array(missed)
         print(
-            f"{name}: mean false-alarm rate {each.mean() / compares:.1%}; "
-            f"histories with 2 or more of {compares}: {(each >= 2).mean():.0%}"
+            f"{name}: mean false-alarm rate {each.mean() / compares:.2%}; "
+            f"histories with 2 or more of {compares}: {(each >= 2).mean():.1%}; "
+            f"10% slower caught {1 - lost.mean() / 10:.1%}, fewer than 9 of 10 in {(lost >= 2).mean():.1%}"
+        )
+    for newest in (1, 2, 3, 5):
+        caught = 0
+        for _ in range(histories // 10):
+            history = np.r_[levels(saves - newest), levels(newest) * 0.9]  # main got 10% faster
+            caught += alarms(history, float(history[-1]), 0.02, levels(1))
+        print(
+            f"main 10% faster in its newest {newest} runs, then 10% slower again: caught {caught / (histories // 10):.0%}"
         )
 
 

@@ -3,6 +3,7 @@ then compared M times, each run a fresh process, under the gate a pull request w
 
 ``python benchmarks/run_unit.py [--saves 6] [--compares 6] [--ab PAIRS] [--out DIR]``
 ``python benchmarks/run_unit.py --cpu 3 --saves 6 --compares 2 --hogged 4 --slower 4``
+``python benchmarks/run_unit.py --replay run_unit.json [...]``
 
 Prints, per test, how many of the compared runs failed, each run's medians and every
 comparison line of the gated metrics (the spread between runs and the smallest detectable
@@ -11,10 +12,15 @@ round); the JAX test a jitted matmul loop. ``--fail`` sets the gate. ``--ab PAIR
 runs ``gpuprof ab`` of the same code against itself (a git repository of the two files) under
 the same gate: what the same runner says when both sides run in turns.
 
-``--cpu`` pins every run to one CPU; ``--hogged N`` then compares N runs beside a busy
-process on that CPU (a runner made slower, the code unchanged: each should read ``runner``
-or pass), ``--slower N`` N more with ``--work`` host iterations added to each call (slower
-code on the slower runner: each must fail).
+``--replay`` judges the runs a former ``run_unit.json`` recorded again under the gate's
+rule as it is now, from the runs' medians of ``wall_ms``, ``utilization`` and ``kernel_ms``
+(not each kernel's time, and not the rounds' test, which can only clear more): how many of
+its unchanged compared runs the spread between runs would still fail.
+
+``--slower N`` compares N more runs with ``--work`` host iterations added to each call
+(slower code: each must fail). ``--cpu`` pins every run to one CPU; ``--hogged N`` then
+compares N runs beside a busy process on that CPU (a runner made slower, the code
+unchanged), and the ``--slower`` runs run beside it too (slower code on a slower runner).
 """
 
 from __future__ import annotations
@@ -160,9 +166,10 @@ def run(
         if not saved:
             print(text[-3000:])
         results["saves"].append(medians)
-    kinds = ["unchanged"] * compares + ["slower runner"] * hogged + ["slower runner, slower code"] * slower
+    slowed = "slower code" if cpu is None else "slower runner, slower code"
+    kinds = ["unchanged"] * compares + ["slower runner"] * hogged + [slowed] * slower
     for i, kind in enumerate(kinds):
-        with _hog(cpu, kind != "unchanged"):
+        with _hog(cpu, kind.startswith("slower runner")):
             rc, text = _pytest(
                 folder,
                 f"--gpu-storage={store}",
@@ -174,11 +181,7 @@ def run(
             )
         report = json.loads((folder / f"c{i}.json").read_text())
         outcomes = {t["nodeid"]: t["outcome"] for t in report["tests"]}
-        lines = [
-            line.strip()
-            for line in text.splitlines()
-            if "between" in line or ": regression" in line or ": runner" in line
-        ]
+        lines = [line.strip() for line in text.splitlines() if "between" in line or ": regression" in line]
         shown = _short(_medians(folder / f"c{i}.json"))
         print(f"compare {i + 1} ({kind}): exit {rc}, {outcomes}, {shown}", flush=True)
         for line in lines:
@@ -221,8 +224,38 @@ def _short(medians: dict[str, dict[str, float]]) -> str:
     )
 
 
+def replay(path: Path, gate: str) -> dict[str, int]:
+    """How many of ``path``'s unchanged compared runs the current rule fails, per test, by
+    the medians alone: past the threshold from the newest saved run and past the spread's
+    bound from the saved runs' level."""
+    from pytest_gpuprof.analysis.run_spread import Spread
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    recorded = json.loads(path.read_text())
+    thresholds = [t for t in parse_thresholds(gate) if t.metric in ("wall_ms", "utilization", "kernel_ms")]
+    failed: dict[str, int] = {}
+    for entry in recorded["compares"]:
+        if entry.get("kind", "unchanged") != "unchanged":
+            continue
+        for nodeid, now in entry["medians"].items():
+            history = [save[nodeid] for save in reversed(recorded["saves"]) if nodeid in save]  # newest first
+            breached = []
+            for t in thresholds:
+                past = [h[t.metric] for h in history if t.metric in h]
+                if t.metric not in now or not past:
+                    continue
+                worse = t.direction * (now[t.metric] - past[0]) > t.delta(past[0])
+                if worse and Spread.of(past).beyond(now[t.metric], t.direction):
+                    breached.append(t.metric)
+            failed[nodeid] = failed.get(nodeid, 0) + bool(breached)
+            if breached:
+                print(f"  {nodeid}: {', '.join(breached)} past the threshold and the spread")
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replay", type=Path, nargs="+", metavar="RUN_UNIT_JSON")
     parser.add_argument("--saves", type=int, default=6)
     parser.add_argument("--compares", type=int, default=6)
     parser.add_argument("--fail", default=GATE)
@@ -233,8 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slower", type=int, default=0, help="then those with slower host code too")
     parser.add_argument("--work", type=int, default=10_000, help="host iterations a call that --slower adds")
     args = parser.parse_args(argv)
-    if (args.hogged or args.slower) and args.cpu is None:
-        parser.error("--hogged and --slower need --cpu")
+    if args.replay:
+        for path in args.replay:
+            print(f"{path}: failed of its unchanged compared runs, by the medians: {replay(path, args.fail)}")
+        return 0
+    if args.hogged and args.cpu is None:
+        parser.error("--hogged needs --cpu")
     run(
         args.saves,
         args.compares,

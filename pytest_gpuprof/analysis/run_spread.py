@@ -2,102 +2,169 @@
 
 Every round of one pytest process shares that process's level (its runner, its clocks,
 where its buffers landed), so rounds are not independent evidence of a change between
-processes. What two runs of unchanged code differ by is the spread of the runs' medians,
-learnt from a baseline's stored history: the last accepted runs of that name on that
-machine. A new run's median lies, if nothing changed, within the one-sided prediction
-interval of those runs:
+processes. What runs of unchanged code differ by is learnt from a baseline's stored
+history: the medians of the last accepted runs of that name on that machine.
 
-    bound = t(1 - alpha, n - 1) * s * sqrt(1 + 1/k)
+The history's level is the mean of its newest runs, those after its one clear shift of
+level if it holds one (the split whose two-sample t is largest, past its Bonferroni bound
+at ``SHIFT``): a merge that sped ``main`` up is a new level, not spread. The spread ``s``
+is the runs' standard deviation around their levels, with ``df`` = runs - levels. A new
+run of unchanged code lies, for ``CONFIDENCE`` of histories, below the level plus
 
-with ``s`` the standard deviation of the ``n`` runs' medians and ``k`` the runs the
-baseline's own figure stands for (1 for ``main``, K for ``main~K``). A change must pass both
-the threshold and this bound. The smallest change found 90% of the time at that false-alarm
-rate is
+    bound = t'(CONFIDENCE; df, z(COVERAGE) * sqrt(k)) / sqrt(k) * s
 
-    detectable = (t(1 - alpha, n - 1) + t(0.9, n - 1)) * s * sqrt(1 + 1/k).
+but for ``1 - COVERAGE`` of the time, with ``k`` the runs of the newest level and ``t'``
+the noncentral t quantile: the one-sided tolerance bound. It holds each history's own rate
+of false alarms, where a prediction bound holds only their mean over histories (and every
+run compared with one history shares its errors). The smallest change found ``POWER`` of
+the time is
+
+    detectable = bound + t(POWER, df) * s * sqrt(1 + 1/k).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_gpuprof.analysis.mann_whitney import ALPHA
+import numpy as np
 
 # how many of a baseline name's newest accepted runs its between-run spread comes from
 HISTORY_RUNS = 10
+# a bound holds below all but 1 - COVERAGE of unchanged runs, for CONFIDENCE of histories
+COVERAGE = 0.975
+CONFIDENCE = 0.9
 # the power a stated smallest detectable change is found with
 POWER = 0.9
+# how often runs of one level are split in two (Bonferroni over the splits): rarely, as the
+# split picks the runs that agree best and its spread is then too small
+SHIFT = 0.01
 
-# Student's t quantiles for 1 to 30 degrees of freedom (from any table; tests/analysis
-# holds them to scipy's): beyond 30, the Cornish-Fisher expansion is within 1e-4
-_T = {
-    0.95: (6.3138, 2.92, 2.3534, 2.1318, 2.015, 1.9432, 1.8946, 1.8595, 1.8331, 1.8125, 1.7959, 1.7823, 1.7709,
-           1.7613, 1.7531, 1.7459, 1.7396, 1.7341, 1.7291, 1.7247, 1.7207, 1.7171, 1.7139, 1.7109, 1.7081, 1.7056,
-           1.7033, 1.7011, 1.6991, 1.6973),
-    0.9: (3.0777, 1.8856, 1.6377, 1.5332, 1.4759, 1.4398, 1.4149, 1.3968, 1.383, 1.3722, 1.3634, 1.3562, 1.3502,
-          1.345, 1.3406, 1.3368, 1.3334, 1.3304, 1.3277, 1.3253, 1.3232, 1.3212, 1.3195, 1.3178, 1.3163, 1.315,
-          1.3137, 1.3125, 1.3114, 1.3104),
-}  # fmt: skip
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(512)
 
 
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile ``p`` (0.95 or 0.9) at ``df`` degrees of freedom."""
+@functools.lru_cache(maxsize=4096)
+def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
+    """Student's t quantile ``p`` at ``df`` degrees of freedom, noncentral by ``shift``:
+    the ``x`` at which P((Z + shift) / sqrt(V / df) <= x) = p, V chi-squared with ``df``.
+    The probability is the mean of Phi(x u - shift) over u = sqrt(V / df), integrated by
+    Gauss-Legendre over log u where u's density lies; ``x`` is found by bisection."""
     if df < 1:
         raise ValueError(f"t quantile: {df} degrees of freedom")
-    table = _T[round(p, 4)]
-    if df <= len(table):
-        return table[df - 1]
-    z = statistics.NormalDist().inv_cdf(p)
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
+    if not 0 < p < 1:
+        raise ValueError(f"t quantile: probability {p}")
+    # u = exp(w), integrated over w: its density lies near 1 for many degrees of freedom
+    # and reaches down to 0 for few, where the far quantiles live
+    width = 12 / math.sqrt(2 * df)
+    low = 1 - width if 1 - width > 0.1 else 10 ** (-20 / df)
+    high = 1 + width + (6 if df < 4 else 0)
+    w = math.log(low) + (math.log(high) - math.log(low)) * (_NODES + 1) / 2
+    u = np.exp(w)
+    log_density = math.log(2) + (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + df * w - df * u * u / 2
+    weights = _WEIGHTS * np.exp(log_density)
+    weights /= weights.sum()
+    erfc = np.vectorize(math.erfc, otypes=[float])
+
+    def cdf(x: float) -> float:
+        return float((weights * erfc(-(x * u - shift) / math.sqrt(2))).sum() / 2)
+
+    lo, hi = -1.0, 1.0
+    while cdf(lo) > p:
+        lo *= 2
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def tolerance_factor(df: int, k: int) -> float:
+    """How many ``s`` above the mean of ``k`` runs a new run lies at most, but for
+    ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories whose ``s`` has ``df``."""
+    z = statistics.NormalDist().inv_cdf(COVERAGE)
+    return t_quantile(CONFIDENCE, df, z * math.sqrt(k)) / math.sqrt(k)
+
+
+def newest_level(medians: Sequence[float]) -> int:
+    """How many of ``medians`` (newest first) lie at the newest level: all of them, or
+    those after the history's one clear shift (the largest two-sample t over every split,
+    past ``t(1 - ALPHA / (2 splits), runs - 2)``)."""
+    n = len(medians)
+    if n < 3:
+        return n
+    best, at = 0.0, n
+    for j in range(1, n):
+        new, old = medians[:j], medians[j:]
+        squares = sum((v - statistics.fmean(new)) ** 2 for v in new) + sum(
+            (v - statistics.fmean(old)) ** 2 for v in old
+        )
+        gap = abs(statistics.fmean(new) - statistics.fmean(old))
+        scale = math.sqrt(squares / (n - 2) * (1 / j + 1 / (n - j)))
+        t = gap / scale if scale > 0 else (math.inf if gap > 0 else 0.0)
+        if t > best:
+            best, at = t, j
+    return at if best > t_quantile(1 - SHIFT / (2 * (n - 1)), n - 2) else n
 
 
 @dataclass(frozen=True, slots=True)
 class Spread:
     """How far apart runs of unchanged code lie, for one metric of one test: ``sd`` of
-    ``runs`` runs' medians (``None`` with fewer than two: unknown), the baseline's figure
-    standing for ``pooled`` of them."""
+    ``runs`` runs' medians around their levels (``None`` with fewer than two: unknown),
+    ``center`` the mean of the newest level's ``level_runs`` runs, ``levels`` 1 or 2."""
 
     runs: int
     sd: float | None
-    pooled: int = 1
+    center: float | None = None
+    level_runs: int = 0
+    levels: int = 1
 
     @classmethod
-    def of(cls, medians: Sequence[float], pooled: int = 1) -> Spread:
+    def of(cls, medians: Sequence[float]) -> Spread:
+        """The spread of ``medians``, newest first."""
         if len(medians) < 2:
-            return cls(len(medians), None, pooled)
-        return cls(len(medians), statistics.stdev(medians), pooled)
+            return cls(len(medians), None)
+        k = newest_level(medians)
+        parts = [medians[:k], medians[k:]] if k < len(medians) else [medians]
+        squares = sum((v - statistics.fmean(part)) ** 2 for part in parts for v in part)
+        sd = math.sqrt(squares / (len(medians) - len(parts)))
+        return cls(len(medians), sd, statistics.fmean(medians[:k]), k, len(parts))
 
     @property
     def known(self) -> bool:
         return self.sd is not None
 
-    def _scale(self) -> float:
-        assert self.sd is not None
-        return self.sd * math.sqrt(1 + 1 / max(self.pooled, 1))
-
     @property
     def bound(self) -> float | None:
-        """How far a new run of unchanged code lies from the baseline at most, but for
-        ``ALPHA`` of the time (the one-sided prediction bound)."""
+        """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:
             return None
-        return t_quantile(1 - ALPHA, self.runs - 1) * self._scale()
+        return tolerance_factor(self.runs - self.levels, self.level_runs) * self.sd
 
     @property
     def detectable(self) -> float | None:
-        """The smallest change found ``POWER`` of the time at this spread."""
-        if self.sd is None:
+        """The smallest change from ``center`` found ``POWER`` of the time at this spread."""
+        if self.sd is None or self.bound is None:
             return None
-        df = self.runs - 1
-        return (t_quantile(1 - ALPHA, df) + t_quantile(POWER, df)) * self._scale()
+        df = self.runs - self.levels
+        return self.bound + t_quantile(POWER, df) * self.sd * math.sqrt(1 + 1 / self.level_runs)
+
+    def beyond(self, value: float, sign: int) -> bool:
+        """Whether ``value`` lies past the bound in the direction ``sign`` (``True`` where
+        the spread is unknown: nothing to explain a change by)."""
+        if self.center is None or self.bound is None:
+            return True
+        return sign * (value - self.center) > self.bound
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"runs": self.runs, "sd": self.sd, "bound": self.bound, "detectable": self.detectable}
+        return {
+            "runs": self.runs,
+            "sd": self.sd,
+            "center": self.center,
+            "level_runs": self.level_runs if self.known else None,
+            "bound": self.bound,
+            "detectable": self.detectable,
+        }

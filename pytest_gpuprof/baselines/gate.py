@@ -165,7 +165,7 @@ class Gate:
                 return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
         try:
             history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
-            changes = compare_tests(self.thresholds, base, test, history, held.pooled)
+            changes = compare_tests(self.thresholds, base, test, history)
         except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as e:
             # a field ``entry_problem`` does not know of, of the wrong shape: named, never a crash
             why = f"{held.where}: a field of the wrong shape ({type(e).__name__}: {records.clean(str(e))[:200]})"

@@ -55,20 +55,19 @@ class Series:
     metric: str
     runs: tuple[Run, ...]
     changes: tuple[ChangePoint, ...]
-    # the runs a gate would have stopped: beyond the prediction bound of the runs before
+    # the runs a gate would have stopped: beyond the tolerance bound of the runs before
     # them (``analysis.run_spread``, the rule of every comparison), by index
     outside: tuple[int, ...] = ()
 
 
 def outside_the_spread(medians: Sequence[float]) -> tuple[int, ...]:
-    """The runs whose median lies beyond the prediction bound of the (up to
-    ``HISTORY_RUNS``) runs before them, against the run just before: what a comparison
-    with that run would have said, a change it could tell from the spread between runs."""
+    """The runs whose median lies beyond the tolerance bound of the (up to
+    ``HISTORY_RUNS``) runs before them, either way from their level: what a comparison
+    with those runs would have said, a change it could tell from the spread between runs."""
     out = []
     for i in range(2, len(medians)):
-        before = list(reversed(medians[max(0, i - HISTORY_RUNS) : i]))  # newest first
-        bound = Spread.of(before).bound
-        if bound is not None and abs(medians[i] - before[0]) > bound:
+        before = Spread.of(list(reversed(medians[max(0, i - HISTORY_RUNS) : i])))  # newest first
+        if before.beyond(medians[i], 1) or before.beyond(medians[i], -1):
             out.append(i)
     return tuple(out)
 

@@ -2,9 +2,10 @@
 
 The run is the unit (``analysis.run_spread``): where the baseline's stored history gives
 the spread between runs, a change counts as a regression only when it passes the threshold
-**and** the prediction bound of that spread, and the rounds make it clear too; a change
-beyond the threshold that the spread explains is ``inconclusive``. Where the spread is
-unknown (one baseline run), the rounds decide alone, and the line says so.
+**and** the tolerance bound of that spread above the history's level, and the rounds make
+it clear too; a change beyond the threshold that the spread explains is ``inconclusive``.
+Where the spread is unknown (one baseline run), the rounds decide alone, and the line says
+so.
 
 Over the rounds a change is clear when it is beyond the threshold and statistically
 clear: a one-sided Mann-Whitney U test of the current rounds, moved back
@@ -246,8 +247,10 @@ class Change:
             if self.baseline and not is_fraction(self.threshold.metric)
             else ""
         )
+        shifted = f", the newest {spread.level_runs} after a shift" if spread.levels > 1 else ""
         return (
-            f"; between runs sd {fmt(spread.sd, False)} over {spread.runs} runs, "
+            f"; between runs sd {fmt(spread.sd, False)} over {spread.runs} runs "
+            f"(level {fmt(spread.center, False)} ± {fmt(spread.bound or 0.0, True).lstrip('+')}{shifted}), "
             f"smallest detectable change {fmt(detectable, True).lstrip('+')}{relative}"
         )
 
@@ -305,7 +308,7 @@ def assess(
 ) -> Change:
     """What one metric did: regression, inconclusive, improvement or unchanged. ``spread``:
     how far runs of the baseline lie apart (the run as the unit); a regression must pass
-    its prediction bound as well as the threshold."""
+    its tolerance bound as well as the threshold."""
     if not baseline and not current:
         return Change(threshold, "absent", None, None, spread=spread)
     if not baseline or not current:
@@ -319,13 +322,16 @@ def assess(
     worse_p = mann_whitney_greater(base, [c - delta for c in cur])
     better_p = mann_whitney_greater([c + delta for c in cur], base)
     moved = sign * (cur_median - base_median)
-    # beyond what the spread between runs explains (where it is known)
-    bound = spread.bound if spread is not None else None
-    beyond_runs = bound is None or abs(moved) > bound
+
+    # beyond what the spread between runs explains (where it is known): past the bound
+    # above (below) the level of the baseline's history
+    def beyond_runs(way: int) -> bool:
+        return spread is None or spread.beyond(cur_median, way * sign)
+
     finding: Finding
-    if worse_p < ALPHA and moved > delta and beyond_runs:
+    if worse_p < ALPHA and moved > delta and beyond_runs(1):
         finding, p = "regression", worse_p
-    elif better_p < ALPHA and -moved > delta and beyond_runs:
+    elif better_p < ALPHA and -moved > delta and beyond_runs(-1):
         finding, p = "improvement", better_p
     else:
         finding, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
@@ -341,16 +347,15 @@ def compare_tests(
     baseline_test: dict[str, Any],
     current_test: dict[str, Any],
     history: Sequence[dict[str, Any]] | None = None,
-    pooled: int = 1,
 ) -> list[Change]:
     """Each threshold's change from ``baseline_test`` to ``current_test``. ``history``: the
     test's entries in the baseline's newest accepted runs (the spread between runs comes
-    from their medians; ``None``: not asked); ``pooled``: the runs the baseline stands for."""
+    from their medians; ``None``: not asked)."""
 
     def spread(path: str) -> Spread | None:
         if history is None:
             return None
-        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None], pooled)
+        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None])
 
     def judged(t: Threshold, before: list[float], now: list[float]) -> Change:
         change = assess(t, before, now, spread(t.metric))

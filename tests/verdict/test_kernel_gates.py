@@ -161,11 +161,13 @@ def test_a_kernel_too_small_to_matter_is_not_gated():
 
 
 def test_history_marks_the_runs_a_gate_would_stop_with_the_gates_own_rule():
-    """``history`` and the gate read runs by one rule: a run beyond the prediction bound of
+    """``history`` and the gate read runs by one rule: a run beyond the tolerance bound of
     the runs before it is marked; runs within their spread are not, however they wander."""
     from pytest_gpuprof.baselines.history import outside_the_spread
 
     steady = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.1]
     assert outside_the_spread(steady) == ()
     assert outside_the_spread([*steady, 12.0]) == (7,)
+    assert outside_the_spread([*steady, 8.0]) == (7,)  # either way from the level
+    assert outside_the_spread([*steady, 12.0, 12.1]) == (7,)  # 12.0 began a level; 12.1 is of it
     assert outside_the_spread([10.0, 10.0]) == ()  # two runs: no spread to judge by
