@@ -44,6 +44,7 @@ POWER = 0.9
 SHIFT = 0.01
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(512)
+_ERFC = np.vectorize(math.erfc, otypes=[float])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -66,10 +67,9 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
     log_density = math.log(2) + (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + df * w - df * u * u / 2
     weights = _WEIGHTS * np.exp(log_density)
     weights /= weights.sum()
-    erfc = np.vectorize(math.erfc, otypes=[float])
 
     def cdf(x: float) -> float:
-        return float((weights * erfc(-(x * u - shift) / math.sqrt(2))).sum() / 2)
+        return float((weights * _ERFC(-(x * u - shift) / math.sqrt(2))).sum() / 2)
 
     lo, hi = -1.0, 1.0
     while cdf(lo) > p:
@@ -89,21 +89,24 @@ def tolerance_factor(df: int, k: int) -> float:
     return t_quantile(CONFIDENCE, df, z * math.sqrt(k)) / math.sqrt(k)
 
 
+def _squares(values: Sequence[float]) -> float:
+    """The sum of squared deviations of ``values`` from their mean."""
+    mean = statistics.fmean(values)
+    return sum((v - mean) ** 2 for v in values)
+
+
 def newest_level(medians: Sequence[float]) -> int:
     """How many of ``medians`` (newest first) lie at the newest level: all of them, or
     those after the history's one clear shift (the largest two-sample t over every split,
-    past ``t(1 - ALPHA / (2 splits), runs - 2)``)."""
+    past ``t(1 - SHIFT / (2 splits), runs - 2)``)."""
     n = len(medians)
     if n < 3:
         return n
     best, at = 0.0, n
     for j in range(1, n):
         new, old = medians[:j], medians[j:]
-        squares = sum((v - statistics.fmean(new)) ** 2 for v in new) + sum(
-            (v - statistics.fmean(old)) ** 2 for v in old
-        )
         gap = abs(statistics.fmean(new) - statistics.fmean(old))
-        scale = math.sqrt(squares / (n - 2) * (1 / j + 1 / (n - j)))
+        scale = math.sqrt((_squares(new) + _squares(old)) / (n - 2) * (1 / j + 1 / (n - j)))
         t = gap / scale if scale > 0 else (math.inf if gap > 0 else 0.0)
         if t > best:
             best, at = t, j
@@ -129,8 +132,7 @@ class Spread:
             return cls(len(medians), None)
         k = newest_level(medians)
         parts = [medians[:k], medians[k:]] if k < len(medians) else [medians]
-        squares = sum((v - statistics.fmean(part)) ** 2 for part in parts for v in part)
-        sd = math.sqrt(squares / (len(medians) - len(parts)))
+        sd = math.sqrt(sum(_squares(part) for part in parts) / (len(medians) - len(parts)))
         return cls(len(medians), sd, statistics.fmean(medians[:k]), k, len(parts))
 
     @property
