@@ -5,21 +5,22 @@ where its buffers landed), so rounds are not independent evidence of a change be
 processes. What runs of unchanged code differ by is learnt from a baseline's stored
 history: the medians of the last accepted runs of that name on that machine.
 
-The history's level is the mean of its newest runs, those after its one clear shift of
-level if it holds one (the split whose two-sample t is largest, past its Bonferroni bound
-at ``SHIFT``): a merge that sped ``main`` up is a new level, not spread. The spread ``s``
-is the runs' standard deviation around their levels, with ``df`` = runs - levels. A new
-run of unchanged code lies, for ``CONFIDENCE`` of histories, below the level plus
+Their level is the runs' mean and their spread ``s`` the runs' standard deviation, over
+``n`` runs. A new run of unchanged code lies, for ``CONFIDENCE`` of histories, within
 
-    bound = t'(CONFIDENCE; df, z(COVERAGE) * sqrt(k)) / sqrt(k) * s
+    bound = t'(CONFIDENCE; n - 1, z(COVERAGE) * sqrt(n)) / sqrt(n) * s
 
-but for ``1 - COVERAGE`` of the time, with ``k`` the runs of the newest level and ``t'``
-the noncentral t quantile: the one-sided tolerance bound. It holds each history's own rate
-of false alarms, where a prediction bound holds only their mean over histories (and every
-run compared with one history shares its errors). The smallest change found ``POWER`` of
-the time is
+of the level (above it, or below it) but for ``1 - COVERAGE`` of the time, ``t'`` the
+noncentral t quantile: the one-sided tolerance bound. It holds each history's own rate of
+false alarms, where a prediction bound holds only their mean over histories (and every run
+compared with one history shares its errors). The smallest change found ``POWER`` of the
+time is
 
-    detectable = bound + t(POWER, df) * s * sqrt(1 + 1/k).
+    detectable = bound + t(POWER, n - 1) * s * sqrt(1 + 1/n).
+
+The history is not split where its level shifted: a runner that moves between two speeds
+(as virtual machines do) shifts it as a merge does, and runs of one speed agree too well to
+stand for the next run.
 """
 
 from __future__ import annotations
@@ -39,9 +40,6 @@ COVERAGE = 0.975
 CONFIDENCE = 0.9
 # the power a stated smallest detectable change is found with
 POWER = 0.9
-# how often runs of one level are split in two (Bonferroni over the splits): rarely, as the
-# split picks the runs that agree best and its spread is then too small
-SHIFT = 0.01
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(512)
 _ERFC = np.vectorize(math.erfc, otypes=[float])
@@ -84,56 +82,27 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
 
 def tolerance_factor(df: int, k: int) -> float:
     """How many ``s`` above the mean of ``k`` runs a new run lies at most, but for
-    ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories whose ``s`` has ``df``."""
+    ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories whose ``s`` has ``df``
+    (``k - 1`` where the mean and ``s`` are of the same runs)."""
     z = statistics.NormalDist().inv_cdf(COVERAGE)
     return t_quantile(CONFIDENCE, df, z * math.sqrt(k)) / math.sqrt(k)
-
-
-def _squares(values: Sequence[float]) -> float:
-    """The sum of squared deviations of ``values`` from their mean."""
-    mean = statistics.fmean(values)
-    return sum((v - mean) ** 2 for v in values)
-
-
-def newest_level(medians: Sequence[float]) -> int:
-    """How many of ``medians`` (newest first) lie at the newest level: all of them, or
-    those after the history's one clear shift (the largest two-sample t over every split,
-    past ``t(1 - SHIFT / (2 splits), runs - 2)``)."""
-    n = len(medians)
-    if n < 3:
-        return n
-    best, at = 0.0, n
-    for j in range(1, n):
-        new, old = medians[:j], medians[j:]
-        gap = abs(statistics.fmean(new) - statistics.fmean(old))
-        scale = math.sqrt((_squares(new) + _squares(old)) / (n - 2) * (1 / j + 1 / (n - j)))
-        t = gap / scale if scale > 0 else (math.inf if gap > 0 else 0.0)
-        if t > best:
-            best, at = t, j
-    return at if best > t_quantile(1 - SHIFT / (2 * (n - 1)), n - 2) else n
 
 
 @dataclass(frozen=True, slots=True)
 class Spread:
     """How far apart runs of unchanged code lie, for one metric of one test: ``sd`` of
-    ``runs`` runs' medians around their levels (``None`` with fewer than two: unknown),
-    ``center`` the mean of the newest level's ``level_runs`` runs, ``levels`` 1 or 2."""
+    ``runs`` runs' medians around their mean ``center`` (``None`` with fewer than two:
+    unknown)."""
 
     runs: int
     sd: float | None
     center: float | None = None
-    level_runs: int = 0
-    levels: int = 1
 
     @classmethod
     def of(cls, medians: Sequence[float]) -> Spread:
-        """The spread of ``medians``, newest first."""
         if len(medians) < 2:
             return cls(len(medians), None)
-        k = newest_level(medians)
-        parts = [medians[:k], medians[k:]] if k < len(medians) else [medians]
-        sd = math.sqrt(sum(_squares(part) for part in parts) / (len(medians) - len(parts)))
-        return cls(len(medians), sd, statistics.fmean(medians[:k]), k, len(parts))
+        return cls(len(medians), statistics.stdev(medians), statistics.fmean(medians))
 
     @property
     def known(self) -> bool:
@@ -144,15 +113,14 @@ class Spread:
         """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:
             return None
-        return tolerance_factor(self.runs - self.levels, self.level_runs) * self.sd
+        return tolerance_factor(self.runs - 1, self.runs) * self.sd
 
     @property
     def detectable(self) -> float | None:
         """The smallest change from ``center`` found ``POWER`` of the time at this spread."""
         if self.sd is None or self.bound is None:
             return None
-        df = self.runs - self.levels
-        return self.bound + t_quantile(POWER, df) * self.sd * math.sqrt(1 + 1 / self.level_runs)
+        return self.bound + t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs)
 
     def beyond(self, value: float, sign: int) -> bool:
         """Whether ``value`` lies past the bound in the direction ``sign`` (``True`` where
@@ -166,7 +134,6 @@ class Spread:
             "runs": self.runs,
             "sd": self.sd,
             "center": self.center,
-            "level_runs": self.level_runs if self.known else None,
             "bound": self.bound,
             "detectable": self.detectable,
         }

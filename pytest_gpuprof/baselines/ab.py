@@ -61,9 +61,9 @@ class Runs:
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """One metric of one test over the pairs: the mean difference (worse positive, in the
-    threshold's unit: a fraction for ``%``, points for ``pt``, ms for ``ms``), its interval,
-    the smallest change the pairs can detect, and the verdict."""
+    """One metric of one test over the pairs: the mean difference (current minus base, in
+    the threshold's unit: a fraction for ``%``, points for ``pt``, ms for ``ms``), its
+    interval, the smallest change the pairs can detect, and the verdict."""
 
     nodeid: str
     metric: str
@@ -157,7 +157,7 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     mean, n = statistics.fmean(diffs), len(diffs)
     if n < 2:
         verdict: Verdict = "unsure" if abs(mean) > limit else "unchanged"
-        return Effect(nodeid, path, t, n, mean, None, None, None, verdict)
+        return Effect(nodeid, path, t, n, t.direction * mean, None, None, None, verdict)
     t95, t90 = t_quantile(CONFIDENCE, n - 1), t_quantile(POWER, n - 1)
 
     def lower_bound(values: list[float]) -> float:  # the interval's low end, over the pairs
@@ -181,6 +181,8 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
                 verdict, note = "clock", "the SM clocks of the pairs explain it: in cycles, within the limit"
             else:
                 note = "a regression in cycles too"
+    if t.direction < 0:  # worse was down: the change as the metric moved
+        mean, low, high = -mean, -high, -low
     return Effect(nodeid, path, t, n, mean, low, high, detectable, verdict, note)
 
 

@@ -247,10 +247,9 @@ class Change:
             if self.baseline and not is_fraction(self.threshold.metric)
             else ""
         )
-        shifted = f", the newest {spread.level_runs} after a shift" if spread.levels > 1 else ""
         return (
             f"; between runs sd {fmt(spread.sd, False)} over {spread.runs} runs "
-            f"(level {fmt(spread.center, False)} ± {fmt(spread.bound or 0.0, True).lstrip('+')}{shifted}), "
+            f"(level {fmt(spread.center, False)} ± {fmt(spread.bound or 0.0, True).lstrip('+')}), "
             f"smallest detectable change {fmt(detectable, True).lstrip('+')}{relative}"
         )
 

@@ -128,3 +128,23 @@ def test_a_base_that_is_no_revision_is_one_line_and_exit_2(repo, capsys):
     assert "gpuprof ab: git rev-parse --verify no-such-branch^{commit}" in err
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [(0.80, 0.70, "regression"), (0.70, 0.80, "improvement")])
+def test_an_effect_reads_as_the_metric_moved(before, after, verdict):
+    """Utilization down 10 points is an effect of -10pt and a regression under
+    ``utilization:-2pt``, in the line and in the JSON alike: never the worse-positive sign
+    the verdict is reckoned in."""
+    from pytest_gpuprof.baselines.ab import effect
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    def side(value):
+        return {"rounds": {"utilization": {"samples": [value] * 5}}}
+
+    pairs = [(side(before + d), side(after + d)) for d in (0.0, 0.01, -0.01, 0.005)]
+    found = effect("t.py::t", "utilization", parse_thresholds("utilization:-2pt")[0], pairs)
+    assert found.verdict == verdict
+    assert found.effect == pytest.approx(after - before)
+    assert found.low is not None and found.high is not None and found.low <= found.effect <= found.high
+    moved = f"{100 * (after - before):+.2f}pt"
+    assert f"effect {moved} [" in found.line() and found.to_dict()["effect"] == pytest.approx(after - before)
