@@ -14,8 +14,8 @@ the same gate: what the same runner says when both sides run in turns.
 
 ``--replay`` judges the runs a former ``run_unit.json`` recorded again under the gate's
 rule as it is now, from the runs' medians of ``wall_ms``, ``utilization`` and ``kernel_ms``
-(not each kernel's time, and not the rounds' test, which can only clear more): how many of
-its unchanged compared runs the spread between runs would still fail.
+(not each kernel's time; each run's rounds taken at its median, so the rounds' test is
+always clear): how many of its unchanged compared runs the rule would still fail.
 
 ``--slower N`` compares N more runs with ``--work`` host iterations added to each call
 (slower code: each must fail). ``--cpu`` pins every run to one CPU; ``--hogged N`` then
@@ -226,10 +226,10 @@ def _short(medians: dict[str, dict[str, float]]) -> str:
 
 def replay(path: Path, gate: str) -> dict[str, int]:
     """How many of ``path``'s unchanged compared runs the current rule fails, per test, by
-    the medians alone: past the threshold from the newest saved run and past the spread's
-    bound from the saved runs' level."""
+    the medians alone (each run's rounds taken at its median): ``verdict.compare.assess``
+    against the newest saved run, with the saved runs' spread."""
     from pytest_gpuprof.analysis.run_spread import Spread
-    from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.compare import assess, parse_thresholds
 
     recorded = json.loads(path.read_text())
     thresholds = [t for t in parse_thresholds(gate) if t.metric in ("wall_ms", "utilization", "kernel_ms")]
@@ -242,11 +242,10 @@ def replay(path: Path, gate: str) -> dict[str, int]:
             breached = []
             for t in thresholds:
                 past = [h[t.metric] for h in history if t.metric in h]
-                if t.metric not in now or not past:
-                    continue
-                worse = t.direction * (now[t.metric] - past[0]) > t.delta(past[0])
-                if worse and Spread.of(past).beyond(now[t.metric], t.direction):
-                    breached.append(t.metric)
+                if t.metric in now and past:
+                    change = assess(t, [past[0]] * 5, [now[t.metric]] * 5, Spread.of(past))
+                    if change.finding == "regression":
+                        breached.append(t.metric)
             failed[nodeid] = failed.get(nodeid, 0) + bool(breached)
             if breached:
                 print(f"  {nodeid}: {', '.join(breached)} past the threshold and the spread")

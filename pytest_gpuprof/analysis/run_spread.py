@@ -41,8 +41,14 @@ CONFIDENCE = 0.9
 # the power a stated smallest detectable change is found with
 POWER = 0.9
 
-_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(512)
 _ERFC = np.vectorize(math.erfc, otypes=[float])
+
+
+@functools.cache
+def _legendre() -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1], made when a comparison first needs them
+    (60 ms: never at start-up)."""
+    return np.polynomial.legendre.leggauss(512)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -60,10 +66,11 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
     width = 12 / math.sqrt(2 * df)
     low = 1 - width if 1 - width > 0.1 else 10 ** (-20 / df)
     high = 1 + width + (6 if df < 4 else 0)
-    w = math.log(low) + (math.log(high) - math.log(low)) * (_NODES + 1) / 2
+    nodes, node_weights = _legendre()
+    w = math.log(low) + (math.log(high) - math.log(low)) * (nodes + 1) / 2
     u = np.exp(w)
     log_density = math.log(2) + (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + df * w - df * u * u / 2
-    weights = _WEIGHTS * np.exp(log_density)
+    weights = node_weights * np.exp(log_density)
     weights /= weights.sum()
 
     def cdf(x: float) -> float:
@@ -80,12 +87,11 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
     return (lo + hi) / 2
 
 
-def tolerance_factor(df: int, k: int) -> float:
-    """How many ``s`` above the mean of ``k`` runs a new run lies at most, but for
-    ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories whose ``s`` has ``df``
-    (``k - 1`` where the mean and ``s`` are of the same runs)."""
+def tolerance_factor(runs: int) -> float:
+    """How many ``s`` above the mean of ``runs`` runs (``s`` of the same runs) a new run lies
+    at most, but for ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories."""
     z = statistics.NormalDist().inv_cdf(COVERAGE)
-    return t_quantile(CONFIDENCE, df, z * math.sqrt(k)) / math.sqrt(k)
+    return t_quantile(CONFIDENCE, runs - 1, z * math.sqrt(runs)) / math.sqrt(runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +119,7 @@ class Spread:
         """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:
             return None
-        return tolerance_factor(self.runs - 1, self.runs) * self.sd
+        return tolerance_factor(self.runs) * self.sd
 
     @property
     def detectable(self) -> float | None:

@@ -72,7 +72,7 @@ def test_a_spread_of_one_run_is_unknown_and_says_nothing_it_cannot_know():
     two = Spread.of([5.0, 6.0])
     sd = math.sqrt(0.5)
     assert two.center == 5.5
-    assert two.bound == pytest.approx(tolerance_factor(1, 2) * sd)
+    assert two.bound == pytest.approx(tolerance_factor(2) * sd)
     assert two.detectable == pytest.approx(two.bound + t_quantile(0.9, 1) * sd * math.sqrt(1.5))
 
 
@@ -169,7 +169,7 @@ def test_a_line_states_the_level_and_its_bound():
     threshold = parse_thresholds("wall_ms:+2%")[0]
     saved = [100.1, 99.9, 100.0, 100.2, 99.8, 100.0, 100.1, 99.7, 100.3, 100.0]
     spread = Spread.of(saved)
-    bound = tolerance_factor(9, 10) * float(np.std(saved, ddof=1))
+    bound = tolerance_factor(10) * float(np.std(saved, ddof=1))
     change = assess(threshold, [97.0] * 5, [101.0] * 5, spread)
     assert change.finding == "regression"
     assert (
