@@ -111,10 +111,6 @@ class Spread:
         return cls(len(medians), statistics.stdev(medians), statistics.fmean(medians))
 
     @property
-    def known(self) -> bool:
-        return self.sd is not None
-
-    @property
     def bound(self) -> float | None:
         """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:

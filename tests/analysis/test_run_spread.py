@@ -67,7 +67,7 @@ def test_the_tolerance_factor_meets_the_published_table(n, factor):
 
 def test_a_spread_of_one_run_is_unknown_and_says_nothing_it_cannot_know():
     one = Spread.of([5.0])
-    assert not one.known and one.bound is None and one.detectable is None
+    assert one.sd is None and one.bound is None and one.detectable is None
     assert one.beyond(1e9, 1)  # nothing to explain a change by
     two = Spread.of([5.0, 6.0])
     sd = math.sqrt(0.5)
