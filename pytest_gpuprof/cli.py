@@ -27,7 +27,7 @@ from typing import Any, TypeAlias
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.baselines.gate import Gate
 from pytest_gpuprof.baselines.history import DEFAULT_METRICS
-from pytest_gpuprof.baselines.records import BaselineError, load, merge
+from pytest_gpuprof.baselines.records import BaselineError, load, merge, shown
 from pytest_gpuprof.baselines.store import Store
 from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
@@ -130,7 +130,7 @@ def _history(args: argparse.Namespace) -> int:
         if not any(c in args.test for c in "*?["):
             hint = f"; the pattern is matched against whole test ids (fnmatch): try --test '*{args.test}*'"
         raise BaselineError(
-            f"no stored run of machine {machine} under {args.storage} has a test matching {args.test!r}{hint}"
+            f"no stored run of machine {machine} under {shown(args.storage)} has a test matching {args.test!r}{hint}"
         )
     if args.output is None:
         print("\n".join(h.table(series)))
@@ -214,7 +214,13 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def _storage(p: argparse.ArgumentParser, machine: str) -> None:
     """``--storage`` and ``--machine``, as the commands that read the store take them."""
     storage = BY_FLAG["--gpu-storage"]
-    p.add_argument("--storage", default=storage.default, metavar="URL", help=storage.help + storage.shown_default())
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help=storage.help + " (default: [tool.gpuprof] storage, else .gpuprof, at the project's root: the nearest "
+        "folder up from here with pytest.ini, pyproject.toml, tox.ini or setup.cfg, as pytest finds it)",
+    )
     p.add_argument("--machine", default=None, help=machine)
 
 
@@ -359,6 +365,10 @@ def _ab(args: argparse.Namespace) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "storage", "") is None:
+        from pytest_gpuprof.baselines.place import default_storage
+
+        args.storage = default_storage(Path.cwd(), BY_FLAG["--gpu-storage"].default)
     try:
         if args.command == "show":
             print("\n".join(show(load(args.report, strict=True), _shape(args))))

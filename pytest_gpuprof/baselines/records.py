@@ -40,10 +40,18 @@ def check_name(name: str) -> None:
 
 
 def shown(url: str) -> str:
-    """``url`` without the credentials a user may have put in it."""
+    """``url`` without the credentials a user may have put in it; a folder as the reader finds
+    it: from the current folder where it lies under it, else whole (the project's store, seen
+    from a subfolder, is named where it is)."""
     parts = urlsplit(url)
     if parts.scheme and "@" in parts.netloc:
         return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    if "://" not in url and os.path.isabs(url):
+        try:
+            relative = os.path.relpath(url)
+        except ValueError:  # another drive (Windows)
+            return url
+        return url if relative.startswith("..") else relative
     return url
 
 

@@ -115,7 +115,9 @@ class Settings:
         thresholds = _thresholds(opt("--gpu-compare-fail"))
         _refuse_conflicts(opt)
         save = _autosave_name(config.rootpath) if opt("--gpu-autosave") else _baseline_name(opt("--gpu-save"))
-        storage = _storage(pick("--gpu-storage"), save is not None)
+        storage = _storage(
+            opt("--gpu-storage"), file_settings.get("storage"), config.rootpath, pyproject, save is not None
+        )
         run_id = _run_id(opt("--gpu-run-id"))
         _check_outputs(opt)
         compare = opt("--gpu-compare")
@@ -336,9 +338,23 @@ def _thresholds(given: list[str] | None) -> tuple[Threshold, ...]:
         raise ConfigError(f"--gpu-compare-fail: {e}") from None
 
 
-def _storage(value: object, saving: bool) -> str:
-    """``--gpu-storage`` (or ``storage``): a folder, checked writable where a run saves to
-    it, or a URL whose scheme and library are there."""
+def _storage(given: str | None, configured: object, rootpath: Path, pyproject: Path | None, saving: bool) -> str:
+    """``--gpu-storage`` (a folder from the current one), else ``storage`` of ``[tool.gpuprof]``
+    (a folder from the file's), else ``.gpuprof`` at pytest's rootdir: one store per project,
+    whatever the current folder (``baselines.place``). A folder is checked writable where a
+    run saves to it, a URL for its scheme and library."""
+    from pytest_gpuprof.baselines.place import at_root
+
+    if given is not None:
+        value: object = given
+    elif configured is not None:
+        value = (
+            at_root(configured, pyproject.parent if pyproject else rootpath)
+            if isinstance(configured, str)
+            else configured
+        )
+    else:
+        value = at_root(DEFAULT["--gpu-storage"], rootpath)
     if not isinstance(value, str) or not value:
         raise ConfigError(f"storage = {value!r}: a folder or a URL (s3://bucket/prefix, memory://...) is expected")
     from pytest_gpuprof.baselines.store import StoreError, check_url, is_url

@@ -119,7 +119,8 @@ TABLE: tuple[Option, ...] = (
     Option("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
     Option(
         "--gpu-storage",
-        "where baselines are kept: a folder, file://, s3://, gs://, az:// or memory:// (fsspec)",
+        "where baselines are kept: a folder, file://, s3://, gs://, az:// or memory:// (fsspec); a relative "
+        "folder of [tool.gpuprof] and the default are at pytest's rootdir, whatever the current folder",
         key="storage",
         default=".gpuprof",
         metavar="URL",

@@ -328,8 +328,10 @@ class GpuSession:
         if self.gate is not None:
             return f"{self.gate.where} ({self.gate.chosen}{'; ' + self.gate.note if self.gate.note else ''})"
         if self.first_baseline:
+            from pytest_gpuprof.baselines.records import shown
+
             return (
-                f"nothing: {self.settings.storage} holds no baseline of machine {self.runtime.machine()['id']} yet; "
+                f"nothing: {shown(self.settings.storage)} holds no baseline of machine {self.runtime.machine()['id']} yet; "
                 "this run saves the first, and every test is new (ungated)"
             )
         return None

@@ -279,3 +279,44 @@ def test_the_environment_names_the_loaded_libraries_only(monkeypatch):
     assert changed({"Triton": "3.5.0", "JAX": "0.10"}, {"Triton": "3.6.0", "torch": "2.11"}) == [
         "Triton 3.5.0 -> 3.6.0"
     ]
+
+
+def test_one_store_per_project_whatever_the_current_folder(suite, monkeypatch, capsys):
+    """``cd tests && pytest --gpu-save=main`` once started a second store in tests/.gpuprof,
+    and ``--gpu-compare=main`` from there found nothing without saying where it looked: the
+    store is at pytest's rootdir, for pytest and for the ``gpuprof`` command alike."""
+    from pytest_gpuprof import cli
+
+    suite.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    sub = suite.mkdir("tests")
+    Path(suite.path, "test_pipeline.py").rename(sub / "test_pipeline.py")
+    monkeypatch.chdir(sub)
+    suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
+    assert not (sub / ".gpuprof").exists()
+    assert len(_stored(suite)) == 1
+    monkeypatch.setenv("GPUPROF_SLOW", "1")
+    suite.runpytest("--gpu-compare=main", GATE).assert_outcomes(passed=1, failed=1)
+    # a name the store lacks: the line names the folder it searched, whole
+    result = suite.runpytest("--gpu-compare=nightly", GATE)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*no baseline named 'nightly'*under {suite.path / '.gpuprof'}*"])
+    # the command, from the subfolder, reads the same store
+    assert cli.main(["history", "--test", "*test_omega"]) == 0
+    assert "test_omega" in capsys.readouterr().out
+    # a folder given on the command line is the user's: from the current folder
+    suite.runpytest("--gpu-save=main", f"--gpu-storage={sub / 'own'}").assert_outcomes(passed=2)
+    assert len(list((sub / "own").glob("host-*/*.json"))) == 1
+
+
+def test_a_relative_storage_key_is_taken_from_the_project_file(pytester, tmp_path):
+    from pytest_gpuprof.baselines.place import default_storage, project_root
+
+    (tmp_path / "pyproject.toml").write_text('[tool.gpuprof]\nstorage = "perf/store"\n')
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    assert project_root(deep) == tmp_path.resolve()
+    assert default_storage(deep, ".gpuprof") == str(tmp_path.resolve() / "perf" / "store")
+    (tmp_path / "pyproject.toml").write_text('[tool.gpuprof]\nstorage = "s3://bucket/p"\n')
+    assert default_storage(deep, ".gpuprof") == "s3://bucket/p"
+    (tmp_path / "pyproject.toml").write_text("[tool.other]\n")
+    assert default_storage(deep, ".gpuprof") == str(tmp_path.resolve() / ".gpuprof")

@@ -100,9 +100,9 @@ def test_the_command_line_wins_over_the_file_and_the_file_over_the_table(pyteste
     )
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("-s", "--gpu-warmup=3")
-    result.stdout.fnmatch_lines(["*SETTINGS rounds=7 warmup=3 nvtx=False storage=.gpuprof*"])
+    result.stdout.fnmatch_lines(["*SETTINGS rounds=7 warmup=3 nvtx=False storage=*/.gpuprof"])
     result = pytester.runpytest("-s", "--gpu-rounds=2", "--gpu-nvtx=on")
-    result.stdout.fnmatch_lines(["*SETTINGS rounds=2 warmup=1 nvtx=True storage=.gpuprof*"])
+    result.stdout.fnmatch_lines(["*SETTINGS rounds=2 warmup=1 nvtx=True storage=*/.gpuprof"])
 
 
 def test_a_bad_step_summary_is_no_business_of_a_suite_that_does_not_use_the_plugin(pytester, monkeypatch):
