@@ -10,6 +10,7 @@ a command line is the user's: relative to the current folder, as every path ther
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pytest_gpuprof.baselines.store import is_url
@@ -43,10 +44,10 @@ def default_storage(start: Path, default: str) -> str:
     configured = default
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
 
         try:
             table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("gpuprof", {})
