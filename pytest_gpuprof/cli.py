@@ -33,6 +33,7 @@ from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
+from pytest_gpuprof.verdict.decision import lines as decided_lines
 
 
 def _shape(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None, str | None] | None:
@@ -97,7 +98,7 @@ def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None)
     regressed = False
     for test in new["tests"]:
         comparison = gate.compare(test["nodeid"], test)
-        lines += comparison.lines()
+        lines += decided_lines(comparison)
         regressed |= bool(comparison.regressed)
     if base is not None:
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})

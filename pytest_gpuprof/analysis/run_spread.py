@@ -118,11 +118,31 @@ class Spread:
         return tolerance_factor(self.runs) * self.sd
 
     @property
-    def detectable(self) -> float | None:
-        """The smallest change from ``center`` found ``POWER`` of the time at this spread."""
-        if self.sd is None or self.bound is None:
+    def noise(self) -> float | None:
+        """How far past its level a new run of this spread lies at most, ``POWER`` of the
+        time (the predictive quantile: the level itself is estimated from ``runs`` runs)."""
+        if self.sd is None:
             return None
-        return self.bound + t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs)
+        return t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs)
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest change from ``center`` that passes the bound ``POWER`` of the time at
+        this spread, whatever the threshold: what the spread alone lets a comparison see."""
+        if self.bound is None or self.noise is None:
+            return None
+        return self.bound + self.noise
+
+    def detectable_from(self, baseline: float, allowed: float, sign: int) -> float | None:
+        """The smallest true change from the ``baseline``'s figure, in the worse direction
+        ``sign``, that a comparison catches ``POWER`` of the time: it must pass both the
+        threshold (``allowed`` past ``baseline``) and the bound (past ``center``), and a new
+        run lies ``noise`` short of its level at worst, ``POWER`` of the time. It rests on
+        normally distributed run levels and holds on average over histories."""
+        if self.center is None or self.bound is None or self.noise is None:
+            return None
+        past_bound = self.bound + sign * (self.center - baseline)
+        return max(allowed, past_bound) + self.noise
 
     def beyond(self, value: float, sign: int) -> bool:
         """Whether ``value`` lies past the bound in the direction ``sign`` (``True`` where

@@ -76,6 +76,8 @@ class Settings:
     compare_fail: tuple[Threshold, ...] = ()
     compare_given: bool = False  # --gpu-compare itself, not implied by --gpu-compare-fail
     compare_any_machine: bool = False
+    # an undecided gated test: warned and counted, or failed (GPU UNDECIDED)
+    compare_undecided: str = DEFAULT["--gpu-compare-undecided"]
     storage: str = DEFAULT["--gpu-storage"]  # a folder or a URL (baselines.store)
     run_id: str | None = None  # the run a save belongs to (its shards share it)
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
@@ -146,6 +148,7 @@ class Settings:
             compare_fail=thresholds,
             compare_given=compare is not None,
             compare_any_machine=opt("--gpu-compare-any-machine"),
+            compare_undecided=pick("--gpu-compare-undecided"),
             storage=storage,
             run_id=run_id,
             summary_rows=summary_rows(pick("--gpu-summary")),

@@ -116,6 +116,14 @@ TABLE: tuple[Option, ...] = (
         metavar="EXPR[,EXPR...]",
         repeat=True,
     ),
+    Option(
+        "--gpu-compare-undecided",
+        "a gated test the comparison cannot decide (its threshold within the noise it measured): warn names "
+        "and counts it and passes; fail fails it as GPU UNDECIDED",
+        key="compare_undecided",
+        default="warn",
+        choices=("warn", "fail"),
+    ),
     Option("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
     Option(
         "--gpu-storage",

@@ -42,7 +42,7 @@ NO_DEVICE = pytest.StashKey[str]()
 
 
 # how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
-GPU_BUDGET, GPU_REGRESSION = "GPU BUDGET", "GPU REGRESSION"
+GPU_BUDGET, GPU_REGRESSION, GPU_UNDECIDED = "GPU BUDGET", "GPU REGRESSION", "GPU UNDECIDED"
 
 
 class GpuSession:
@@ -156,8 +156,10 @@ class GpuSession:
         if result is None:
             return
         record = result.record
-        regression = None
+        regression = undecided = None
         if self.gate is not None:
+            from pytest_gpuprof.verdict.decision import decision, gate_entry, undecided_message
+
             environment = self.runtime.environment()
             comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict(), environment)
             record.comparisons = comparison.change_records()
@@ -165,7 +167,13 @@ class GpuSession:
             record.regressions = comparison.labels
             record.inert = comparison.inert
             record.gated = comparison.gates
+            record.gate = gate_entry(comparison)
             regression = comparison.failure()
+            undecided_figures = decision(comparison)[1]
+            record.undecided = [u.what for u in undecided_figures]
+            record.undecided_failed = bool(undecided_figures) and self.settings.compare_undecided == "fail"
+            if undecided_figures:
+                undecided = undecided_message(undecided_figures, comparison.source or self.gate.where)
         if raised is not None:
             return
         message = None
@@ -177,13 +185,19 @@ class GpuSession:
             ]
             message = "\n".join(messages) or None
         failures = [m for m in (message if self.settings.enforce else None, regression) if m]
+        if undecided is not None and record.undecided_failed:
+            failures.append(undecided)
+        elif undecided is not None:
+            _warn(item, f"gpuprof: {undecided} (--gpu-compare-undecided=fail fails it)")
         for line in _said(result, profiler):
             _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append(message)  # warnings are errors here (-W error): fail with the message
             record.warned_as_error = True
         if failures:
-            self.failed_by_gate[item.nodeid] = GPU_BUDGET if failures[0] is message else GPU_REGRESSION
+            first = failures[0]
+            word = GPU_BUDGET if first is message else (GPU_UNDECIDED if first is undecided else GPU_REGRESSION)
+            self.failed_by_gate[item.nodeid] = word
             pytest.fail("\n".join(failures), pytrace=False)
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
@@ -259,7 +273,7 @@ class GpuSession:
         report.gpuprof_failed = word  # type: ignore[attr-defined]
         result = self.results.get(nodeid)
         if result is not None:
-            compare = result.comparison.lines() if result.comparison is not None else []
+            compare = _compare_lines(result)
             report.sections.append(("gpuprof", record.section(result.record, compare, self.settings.memory_top)))
 
     def view(self, nodeid: str) -> TestView:
@@ -271,7 +285,7 @@ class GpuSession:
         kept.reruns = self.tests.reruns(nodeid)
         kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
         per_file = [f for f in FILES if f.where(self.settings) is not None]
-        compare = result.comparison.lines() if result.comparison is not None else []
+        compare = _compare_lines(result)
         machine = {**self.runtime.machine(), "environment": self.runtime.environment()}
         return record.view(result, compare, machine, per_file)
 
@@ -349,6 +363,15 @@ class GpuSession:
         self.runtime.close()
 
 
+def _compare_lines(result: TestResult) -> list[str]:
+    """The test's lines against the baseline, headed by the gate's decision."""
+    if result.comparison is None:
+        return []
+    from pytest_gpuprof.verdict.decision import lines
+
+    return lines(result.comparison)
+
+
 def _warn(item: pytest.Item, message: str) -> bool:
     """Warn at the test's own line; ``False`` where warnings are errors (``-W error``)."""
     path, line = str(item.path), (item.location[1] or 0) + 1
@@ -369,10 +392,8 @@ def _said(result: TestResult, profiler: Profiler) -> list[str]:
         lines += [f"gpuprof: {line}" for line in record.outside]
     comparison = result.comparison
     if comparison is not None:
-        if comparison.why_not is not None:
+        if comparison.why_not is not None and not comparison.gating:  # gated: said as undecided
             lines.append(f"gpuprof: baseline {comparison.why_not}")
-        causes = comparison.inert_causes.items()
-        lines += [f"gpuprof: --gpu-compare-fail={gate} cannot fail this test: {cause}" for gate, cause in causes]
     return lines + [f"gpuprof: {line}" for line in profiler.problems()]
 
 

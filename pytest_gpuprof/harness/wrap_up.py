@@ -115,7 +115,11 @@ class Outputs:
             [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
         )
         from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
+        from pytest_gpuprof.verdict.decision import RunGate
 
+        gate = RunGate.of(v.test for v in views.values())
+        if compared_with is None and gate is not None:  # an xdist controller: its workers compared
+            compared_with = gate.names_baseline()
         compare = [line for v in views.values() for line in v.compare]
         _block(tr, f"compared with baseline {compared_with}:", [f"  {line}" for line in compare])
         if not compare and compared_with is not None and self.settings.compare is not None:
@@ -134,6 +138,24 @@ class Outputs:
             tr.write_line(line)
         if self.settings.trace is not None:
             tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
+        if gate is not None:
+            self._gate_lines(tr, gate)
+
+    def _gate_lines(self, tr: Any, gate: Any) -> None:
+        """The gate's last lines: the headline (baseline, tests by decision), each undecided
+        test with why and what would decide it, and the count beside pytest's own."""
+        tr.write_line("")
+        for line in gate.undecided_lines():
+            tr.write_line(f"gpuprof: {line}")
+        tr.write_line(gate.headline())
+        if gate.undecided:
+            if self.settings.compare_undecided == "warn":
+                tr.write_line(
+                    f"gpuprof: {len(gate.undecided)} gated test(s) undecided, passed with a warning; "
+                    "--gpu-compare-undecided=fail fails them"
+                )
+            # pytest's last line counts them beside its own (``N undecided``)
+            tr.stats.setdefault("undecided", []).extend(_Counted() for _ in gate.undecided)
 
     def _shown(self, every: list[TestView]) -> tuple[list[int], str | None]:
         """The tests the table shows, in its order (``--gpu-sort``, else failures first)."""
@@ -207,6 +229,11 @@ class Outputs:
             report["part"] = part
         if not tests:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
+        from pytest_gpuprof.verdict.decision import RunGate
+
+        gate = RunGate.of(tests)
+        if gate is not None:
+            report["gate"] = gate.to_dict()
         run = Run(report, tests, merged, views)
         ok = True
         for f, path in asked:
@@ -241,6 +268,13 @@ class Outputs:
         of = f" ({report['part']})" if report.get("part") else ""
         self.written.append(f"gpuprof: baseline saved as {saved}{of}")
         return True
+
+
+class _Counted:
+    """An entry of pytest's ``terminalreporter.stats`` that its last line counts."""
+
+    count_towards_summary = True
+    when = "call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,10 +345,11 @@ def _page(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
 
 def _step_summary(run: Run) -> str:
     from pytest_gpuprof.output.report import markdown_summary
+    from pytest_gpuprof.verdict.decision import RunGate
 
     compare = [line for v in run.views.values() for line in v.compare]
     measured = [t for t in run.tests if "metrics" in t]
-    return markdown_summary(measured, run.machine, compare, waits(run.views))
+    return markdown_summary(measured, run.machine, compare, waits(run.views), RunGate.of(run.tests))
 
 
 def _csv(run: Run) -> str:

@@ -9,7 +9,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
@@ -18,6 +18,9 @@ from pytest_gpuprof.output.schema import SCHEMA
 from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
 from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
 from pytest_gpuprof.verdict.outcome import Check, TestVerdict
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.decision import RunGate
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,11 @@ class GpuRecord:
     regressions: list[str] = field(default_factory=list)
     inert: list[str] = field(default_factory=list)
     gated: bool = False
+    # what the gate decided (``verdict.decision.gate_entry``); the figures it left undecided,
+    # and whether that failed the test (--gpu-compare-undecided=fail)
+    gate: dict[str, Any] | None = None
+    undecided: list[str] = field(default_factory=list)
+    undecided_failed: bool = False
     leaks: list[str] = field(default_factory=list)
     # --gpu-exclusive: how long the test waited for its device, before any window, and whom for
     waited_ms: float = 0.0
@@ -96,6 +104,8 @@ class GpuRecord:
             breaches_failed=self.enforced or self.failed_check or self.warned_as_error,
             expected=tuple(self.expected),
             regressions=tuple(self.regressions),
+            undecided=tuple(self.undecided),
+            undecided_failed=self.undecided_failed,
             inert=tuple(self.inert),
             leaks=tuple(self.leaks),
             unjudged=tuple(self.unjudged) or tuple(not_measured(self.budget, self.metrics)),
@@ -120,6 +130,9 @@ class GpuRecord:
         figures.append(("gpuprof.verdict", self.status))
         if self.baseline is not None:
             figures.append(("gpuprof.baseline", self.baseline["key"]))
+        if self.gate is not None:
+            figures.append(("gpuprof.gate", self.gate["decision"]))
+            figures += [("gpuprof.undecided", f"{u['metric']}: {u['why']}") for u in self.gate["undecided"]]
         if self.reruns:
             figures.append(("gpuprof.reruns", self.reruns))
         return figures
@@ -148,6 +161,8 @@ class GpuRecord:
             out["baseline"] = self.baseline
         if self.comparisons:
             out["comparisons"] = self.comparisons
+        if self.gate is not None:
+            out["gate"] = self.gate
         if self.outside:
             out["outside_windows"] = self.outside
         if self.xfail:
@@ -308,10 +323,20 @@ def _code_span(text: str) -> str:
 
 
 def markdown_summary(
-    tests: list[dict[str, Any]], machine: dict[str, Any], compare: list[str], waited: str | None = None
+    tests: list[dict[str, Any]],
+    machine: dict[str, Any],
+    compare: list[str],
+    waited: str | None = None,
+    gate: RunGate | None = None,
 ) -> str:
-    """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``."""
-    lines = [
+    """The run as a Markdown table, for ``$GITHUB_STEP_SUMMARY``: the gate's headline first
+    (the baseline, and the tests by decision), each undecided test, then the table."""
+    lines = []
+    if gate is not None:
+        lines += [f"**{gate.headline()}**", ""]
+        lines += [f"- {_code_span(nodeid)}: undecided: {reason}" for nodeid, reason in gate.undecided_reasons()]
+        lines += [""] if gate.undecided else []
+    lines += [
         f"### GPU utilization ({machine.get('gpu')}, backend {machine.get('backend')}, truth {machine.get('truth')})",
         "",
         "| test | wall ms | utilization | reported | overhead ms | verdict |",

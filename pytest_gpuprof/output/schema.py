@@ -125,11 +125,50 @@ def _test() -> dict[str, Any]:
                     "why_not": {"type": "string"},
                 },
             },
+            # what the gate decided of the test, and the figures it left undecided
+            "gate": {
+                "type": "object",
+                "required": ["decision", "undecided"],
+                "properties": {
+                    "decision": {"enum": ["regression", "undecided", "improvement", "unchanged", "new"]},
+                    "undecided": {"type": "array", "items": _UNDECIDED},
+                },
+            },
             "xfail": {"type": "boolean"},
         },
         "if": {"required": ["crashed"]},
         "else": {"required": ["metrics", "rounds", "budget", "windows", "verdict", "judgement"]},
     }
+
+
+_UNDECIDED = {
+    "type": "object",
+    "required": ["metric", "why", "decide", "moved"],
+    "properties": {
+        "metric": {"type": "string"},
+        "why": {"type": "string"},
+        "decide": {"type": "string"},
+        "moved": {"type": ["number", "null"]},  # the median's move toward worse, in thresholds
+    },
+}
+_NODEIDS = {"type": "array", "items": {"type": "string"}}
+# the run's gate: which baseline, and the gated tests by decision
+_RUN_GATE = {
+    "type": "object",
+    "required": ["baseline", "regressions", "undecided", "improvements", "unchanged"],
+    "properties": {
+        "baseline": {
+            "type": ["object", "null"],
+            "required": ["key", "name", "commit", "branch", "created", "runs"],
+            "properties": {"runs": {"type": "integer", "minimum": 1}},
+        },
+        "regressions": _NODEIDS,
+        "undecided": _NODEIDS,
+        "improvements": _NODEIDS,
+        "unchanged": {"type": "integer", "minimum": 0},
+        "new": _NODEIDS,
+    },
+}
 
 
 def report_schema() -> dict[str, Any]:
@@ -160,6 +199,7 @@ def report_schema() -> dict[str, Any]:
             "partial": {"type": "string"},
             "part": {"type": "string"},
             "note": {"type": "string"},
+            "gate": _RUN_GATE,
         },
         "$defs": {"test": _test(), "breach": _breach()},
     }

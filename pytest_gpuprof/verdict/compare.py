@@ -175,6 +175,26 @@ class Change:
             return True
         return self.finding not in ("missing", "appeared", "vanished") and not can_fail(*self.samples)
 
+    @property
+    def detectable(self) -> float | None:
+        """The smallest true change from the baseline's figure, the threshold included, that
+        this comparison catches ``POWER`` of the time (``Spread.detectable_from``), as a
+        change in the metric's units toward worse; ``None`` where the spread is unknown."""
+        if self.spread is None or self.baseline is None:
+            return None
+        t = self.threshold
+        return self.spread.detectable_from(self.baseline, t.delta(self.baseline), t.direction)
+
+    @property
+    def blind(self) -> bool:
+        """Whether the spread between runs hides a change of the threshold's size: a change
+        of the threshold alone lies within what unchanged runs do (``Spread.detectable``
+        beyond the threshold), so that passing says little."""
+        spread = self.spread
+        if spread is None or spread.detectable is None or self.baseline is None:
+            return False
+        return spread.detectable > self.threshold.delta(self.baseline)
+
     def to_dict(self) -> dict[str, Any]:
         """The record a test's verdict was built from: metric, before, after, threshold,
         rounds a side, p, finding, and ``inert``."""
@@ -187,6 +207,7 @@ class Change:
             "rounds": list(self.samples),
             "p": self.p_value,
             "inert": self.inert,
+            **({"detectable": self.detectable} if self.detectable is not None else {}),
             **({"between_runs": self.spread.to_dict()} if self.spread is not None else {}),
             **({"clock": self.clock} if self.clock else {}),
             **({"runner": self.runner} if self.runner else {}),
@@ -241,7 +262,7 @@ class Change:
         if spread.sd is None:
             runs = f"{spread.runs} baseline run" if spread.runs == 1 else f"{spread.runs} baseline runs"
             return f"; between-run spread unknown ({runs}): the rounds decide alone"
-        detectable = spread.detectable or 0.0
+        detectable = self.detectable or 0.0
         relative = (
             f" ({100 * detectable / abs(self.baseline):.1f}%)"
             if self.baseline and not is_fraction(self.threshold.metric)
@@ -261,13 +282,13 @@ class Change:
         if self.finding == "absent":
             return f"{metric} was measured in neither the baseline nor this run"
         if before < now:
-            need = _rounds_needed(now)
+            need = rounds_needed(now)
             return (
                 f"the baseline holds {_rounds(before)} of {metric} against this run's {now}: "
                 f"save a baseline from a run of {need} or more rounds (gpuprof.measure(), --gpu-rounds)"
             )
         if now < before:
-            need = _rounds_needed(before)
+            need = rounds_needed(before)
             return (
                 f"this run has {_rounds(now)} of {metric} against the baseline's {before}: it needs {need} or more "
                 "(gpuprof.measure() repeats its window, --gpu-rounds raises them; a test measured whole "
@@ -287,7 +308,7 @@ def _rounds(n: int) -> str:
     return f"{n} round" if n == 1 else f"{n} rounds"
 
 
-def _rounds_needed(other: int) -> int:
+def rounds_needed(other: int) -> int:
     """The fewest rounds on one side that can reach ``ALPHA`` against ``other`` rounds on
     the other (0 if none can)."""
     return next((k for k in range(1, 200) if can_fail(k, other)), 0)
@@ -448,11 +469,16 @@ def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> s
 
 
 def change_lines(
-    nodeid: str, changes: Sequence[Change], note: str | None = None, gating: Sequence[Threshold] = ()
+    nodeid: str,
+    changes: Sequence[Change],
+    note: str | None = None,
+    gating: Sequence[Threshold] = (),
+    decided: str | None = None,
 ) -> list[str]:
-    """A test's lines of a comparison: what changed, then each notable change (and the
-    ``note`` that qualifies them all). A ``gating`` expression that cannot fail here is
-    always listed, as an inert gate: a gate silently off is worse than none."""
+    """A test's lines of a comparison: what changed (``decided``: what the gate decided of
+    the test, where one judged it), then each notable change (and the ``note`` that
+    qualifies them all). A ``gating`` expression that cannot fail here is always listed, as
+    an inert gate: a gate silently off is worse than none."""
     gates = {t.text for t in gating}
     inert = [c for c in changes if c.inert and c.threshold.text in gates]
 
@@ -467,7 +493,7 @@ def change_lines(
     notable += sorted(kernels, key=lambda c: -abs((c.current or 0.0) - (c.baseline or 0.0)))
     names = kernel_names(notable)
     found = ", ".join(sorted({c.named(c.threshold.text in gates).split(" ")[0] for c in notable} - {"absent"}))
-    found = found or "unchanged"
+    found = decided or found or "unchanged"
     if inert:
         found += f"; gate inert: {', '.join(sorted({c.threshold.text for c in inert}))}"
     return [
@@ -547,13 +573,14 @@ class Comparison:
         key = str(self.baseline.get("key", ""))
         return f"{key} (pooled over {pooled} runs)" if pooled > 1 else key
 
-    def lines(self) -> list[str]:
-        """The test's lines in the summary's comparison block."""
+    def lines(self, decided: str | None = None) -> list[str]:
+        """The test's lines in the summary's comparison block; ``decided``: the gate's
+        decision of the test (``verdict.decision``), its first line's word."""
         if self.status == "new":
             return [f"{self.nodeid}: {NEW}"]
         if self.status == "not compared":
             return [f"{self.nodeid}: not compared: {self.why_not}"]
-        return change_lines(self.nodeid, self.changes, self.note, self.gating)
+        return change_lines(self.nodeid, self.changes, self.note, self.gating, decided)
 
     def failure(self) -> str | None:
         """The test's failure message, where it clearly regressed under a gating expression."""

@@ -7,7 +7,8 @@ The rule, in order (docs/design.md, "A test's verdict"):
 
 1. a skipped test's verdict is ``skipped``, whatever it measured before the skip;
 2. what counts against the test: unexpected breaches, clear regressions of a gating
-   expression, leaks. Each part reads ``FAIL`` where it failed the test (``--gpu-budget``,
+   expression, leaks, and gated figures the comparison could not decide (``undecided``:
+   ``FAIL`` under ``--gpu-compare-undecided=fail``, else ``warn``). Each part reads ``FAIL`` where it failed the test (``--gpu-budget``,
    a ``check()`` the test did not catch, ``--gpu-compare-fail``, a leak), ``warn`` where
    it was only reported, ``xfail`` for a test that xfailed; failures first;
 3. with nothing against it: ``expected: breach ...`` where the test caught its own
@@ -61,6 +62,8 @@ class TestVerdict:
     breaches_failed: bool = False  # they failed it (enforced, or a check() it did not catch)
     expected: tuple[Breach, ...] = ()  # that a check() the test caught had raised
     regressions: tuple[str, ...] = ()  # gating metrics that clearly regressed (they fail the test)
+    undecided: tuple[str, ...] = ()  # gating figures the comparison could not decide
+    undecided_failed: bool = False  # --gpu-compare-undecided=fail: they fail the test
     inert: tuple[str, ...] = ()  # gating expressions too few rounds can never fail
     leaks: tuple[str, ...] = ()
     unjudged: tuple[str, ...] = ()
@@ -77,6 +80,8 @@ class TestVerdict:
             (failing if self.breaches_failed else warning).append(f"breach {_keys(self.breaches)}")
         if self.regressions:
             failing.append(f"regression {','.join(self.regressions)}")
+        if self.undecided:
+            (failing if self.undecided_failed else warning).append(f"undecided {','.join(self.undecided)}")
         if self.leaks:
             failing.append("leak")
         parts = []
@@ -102,7 +107,8 @@ class TestVerdict:
         """Whether the plugin failed the test (not whether it only warned)."""
         if self.outcome == "skipped":
             return False
-        return (bool(self.breaches) and self.breaches_failed) or bool(self.regressions) or bool(self.leaks)
+        undecided = bool(self.undecided) and self.undecided_failed
+        return (bool(self.breaches) and self.breaches_failed) or bool(self.regressions) or bool(self.leaks) or undecided
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
@@ -110,7 +116,7 @@ class TestVerdict:
             value: Sequence[Breach] = getattr(self, key)
             if value:
                 out[key] = [b.to_dict() for b in value]
-        for key in ("regressions", "inert", "leaks", "unjudged"):
+        for key in ("regressions", "undecided", "inert", "leaks", "unjudged"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))
         return out

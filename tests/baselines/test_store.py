@@ -491,7 +491,7 @@ def test_a_damaged_record_is_named_once_and_skipped_and_prune_removes_it(url, ca
     new = tmp_path / "new.json"
     new.write_text(json.dumps(_report(_at(20))))
     assert cli.main(["compare", "main", str(new), "--storage", url]) == 0
-    assert "t: unchanged" in capsys.readouterr().out
+    assert "t: undecided" in capsys.readouterr().out
 
     assert cli.main(["prune", "--keep", "5", "--storage", url, "--machine", "host-aaa"]) == 0
     out = capsys.readouterr().out

@@ -92,7 +92,7 @@ def test_budget_file_may_nest_under_tool_gpuprof_budget(pytester):
         (
             "",
             "round = 3",
-            "unknown key 'round'; valid keys: backend, host_clock, nvtx, sample, exclusive, children, rounds, warmup",
+            "unknown key 'round'; valid keys: backend, host_clock, compare_undecided, nvtx, sample, exclusive, children, rounds, warmup",
         ),
         ("", 'rounds = "many"', "'rounds' must be a whole number"),
         ("", "rounds = 0", "'rounds' = 0 is out of range"),

@@ -1,0 +1,300 @@
+"""What a gate decided of a test, and of the run: nothing passes blind (docs/gates.md,
+"Undecided").
+
+A gated comparison is ``undecided`` where it cannot tell its threshold apart from the noise
+it measured:
+
+- a move past the threshold that the spread between runs, or the rounds, explain
+  (the change's finding ``inconclusive``);
+- a spread between runs that hides a change of the threshold's size (``Change.blind``);
+- rounds that can never reach a finding (``Change.inert``), the spread unknown or not;
+- a baseline entry that could not be compared (``not compared``).
+
+Each undecided test is named with why and what would decide it, and counted beside the
+regressions and the unchanged: in the terminal's last lines, the step summary's headline,
+JUnit properties and the JSON report's ``gate`` object. A move that is large against its
+threshold comes first, with its size. Pure: plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.run_spread import POWER, tolerance_factor
+from pytest_gpuprof.verdict.compare import Change, Comparison, rounds_needed, kernel_names
+
+Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
+# ``gpuprof ab``'s interval: 90%, each end a one-sided 95% bound (``baselines.ab``)
+AB_CONFIDENCE = 0.95
+# the most pairs or saved runs a line suggests: past it, "more than" that
+MOST = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """One gated figure a comparison could not decide: what, why, what would decide it, and
+    how far its median moved in units of its threshold (toward worse; ``None``: not moved,
+    or not measured)."""
+
+    what: str
+    why: str
+    decide: str
+    moved: float | None = None
+
+    def line(self) -> str:
+        return f"{self.what}: {self.why}; {self.decide}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.what, "why": self.why, "decide": self.decide, "moved": self.moved}
+
+
+def decision(comparison: Comparison) -> tuple[Decision, tuple[Undecided, ...]]:
+    """The test's decision under its gating expressions, and what left it undecided."""
+    if not comparison.gating:
+        return "ungated", ()
+    if comparison.status == "new":
+        return "new", ()
+    if comparison.status == "not compared":
+        why = comparison.why_not or "its baseline entry could not be compared"
+        return "undecided", (Undecided("baseline", why, "save a new baseline (--gpu-save) from a passing run"),)
+    if comparison.regressed:
+        return "regression", ()
+    gates = {t.text for t in comparison.gating}
+    gated = [c for c in comparison.changes if c.threshold.text in gates]
+    names = kernel_names(gated)
+    undecided = [u for c in gated if (u := undecided_change(c, names)) is not None]
+    if undecided:
+        return "undecided", tuple(sorted(undecided, key=lambda u: -(u.moved or 0.0)))
+    if any(c.finding == "improvement" for c in gated):
+        return "improvement", ()
+    return "unchanged", ()
+
+
+def undecided_change(c: Change, names: Mapping[str, str] | None = None) -> Undecided | None:
+    """Why ``c`` (a gated change) decides nothing, or ``None`` where it decided."""
+    what = c.label(names)
+    moved = _moved(c)
+    if c.finding == "absent":
+        return Undecided(what, "measured in neither the baseline nor this run", "measure it, or drop the gate")
+    if c.inert:
+        need = rounds_needed(max(c.samples))
+        why = f"--gpu-compare-fail={c.threshold.text} cannot fail this test: {c.inert_cause()}"
+        return Undecided(what, why, f"needs {need} or more rounds a side", moved)
+    if c.finding == "inconclusive":
+        size = f"moved {_times(moved)} the threshold {c.threshold.text}"
+        if c.spread is not None and c.spread.sd is not None and not c.spread.beyond(c.current or 0.0, _sign(c)):
+            return Undecided(what, f"{size}, within the spread between runs", _more(c), moved)
+        return Undecided(what, f"{size}, not clear over the rounds (p={c.p_value:.3g})", _more_rounds(c), moved)
+    if c.blind:
+        detectable = c.detectable
+        shown = _size(c, detectable) if detectable is not None else "?"
+        why = f"the spread between runs hides a change of the threshold {c.threshold.text} (smallest detectable change {shown})"
+        return Undecided(what, why, _more(c), moved)
+    return None
+
+
+def _sign(c: Change) -> int:
+    return c.threshold.direction
+
+
+def _moved(c: Change) -> float | None:
+    """The median's move toward worse, in thresholds."""
+    if c.baseline is None or c.current is None:
+        return None
+    allowed = c.threshold.delta(c.baseline)
+    if allowed <= 0:
+        return None
+    return _sign(c) * (c.current - c.baseline) / allowed
+
+
+def _times(moved: float | None) -> str:
+    return "?" if moved is None else f"{moved:.1f}x"
+
+
+def _size(c: Change, value: float) -> str:
+    if is_fraction(c.threshold.metric):
+        return f"{100 * value:.2f}pt"
+    relative = f" ({100 * value / abs(c.baseline):.1f}%)" if c.baseline else ""
+    return f"{value:.3f}{relative}"
+
+
+def _more_rounds(c: Change) -> str:
+    return f"more rounds a side (--gpu-rounds; now {c.samples[0]} vs {c.samples[1]}), or {_more(c)}"
+
+
+def _more(c: Change) -> str:
+    """What would see a change of the threshold's size at this spread: pairs of
+    ``gpuprof ab`` (each pair's difference has twice a run's variance), or more saved runs
+    where the bound's factor, not the spread itself, is what hides it."""
+    spread = c.spread
+    if spread is None or spread.sd is None or c.baseline is None:
+        return "more saved runs of the baseline (its spread between runs is unknown), or gpuprof ab"
+    allowed = c.threshold.delta(c.baseline)
+    pairs = ab_pairs_needed(spread.sd * math.sqrt(2), allowed)
+    out = f"needs about {pairs} pairs of gpuprof ab" if pairs <= MOST else f"needs more than {MOST} pairs of gpuprof ab"
+    runs = runs_needed(spread.sd, allowed)
+    if runs is not None and runs > spread.runs:
+        out += f", or {runs} saved runs (has {spread.runs})"
+    return out
+
+
+def ab_pairs_needed(pair_sd: float, allowed: float) -> int:
+    """The fewest pairs whose 90% interval, at a pair's spread ``pair_sd``, catches a true
+    change of twice the threshold ``POWER`` of the time: its detectable distance past the
+    threshold no wider than the threshold itself (``baselines.ab``'s rule); ``MOST + 1``
+    where none up to ``MOST`` does."""
+    from pytest_gpuprof.analysis.run_spread import t_quantile
+
+    if allowed <= 0:
+        return MOST + 1
+    for n in range(2, MOST + 1):
+        width = (t_quantile(AB_CONFIDENCE, n - 1) + t_quantile(POWER, n - 1)) * pair_sd / math.sqrt(n)
+        if width <= allowed:
+            return n
+    return MOST + 1
+
+
+def runs_needed(sd: float, allowed: float) -> int | None:
+    """The fewest saved runs whose spread alone lets a change of the threshold's size be
+    seen (``Spread.detectable`` within the threshold), at the spread ``sd``; ``None`` where
+    no number of runs does: the spread itself, not its estimate, hides it."""
+    from pytest_gpuprof.analysis.run_spread import t_quantile
+
+    for n in (*range(3, 21), 30, 50):
+        if (tolerance_factor(n) + t_quantile(POWER, n - 1) * math.sqrt(1 + 1 / n)) * sd <= allowed:
+            return n
+    return None
+
+
+def lines(comparison: Comparison) -> list[str]:
+    """The test's lines of a comparison, headed by what the gate decided where one judged
+    it (``undecided`` for a blind pass as for a move the spread explains)."""
+    decided = decision(comparison)[0]
+    return comparison.lines(None if decided in ("ungated", "new") else decided)
+
+
+# --- the run
+
+
+def gate_entry(comparison: Comparison) -> dict[str, Any] | None:
+    """The test's ``gate`` field of the JSON report: its decision and what left it
+    undecided; ``None`` where no gating expression applied."""
+    decided, undecided = decision(comparison)
+    if decided == "ungated":
+        return None
+    return {"decision": decided, "undecided": [u.to_dict() for u in undecided]}
+
+
+@dataclass(frozen=True, slots=True)
+class RunGate:
+    """The run's gate, from its tests' report entries (``gate_entry``): which baseline, and
+    the tests by decision. Built the same way in one process and in an xdist controller."""
+
+    baseline: dict[str, Any] | None
+    regressions: tuple[str, ...] = ()
+    undecided: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
+    improvements: tuple[str, ...] = ()
+    unchanged: int = 0
+    new: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, tests: Iterable[Mapping[str, Any]]) -> RunGate | None:
+        """``None`` where no test was gated."""
+        by: dict[str, list[Mapping[str, Any]]] = {}
+        baseline = None
+        for t in tests:
+            entry = t.get("gate")
+            if not isinstance(entry, Mapping):
+                continue
+            by.setdefault(str(entry.get("decision")), []).append(t)
+            if baseline is None and isinstance(t.get("baseline"), Mapping):
+                baseline = _baseline(t["baseline"], t)
+        if not by:
+            return None
+
+        def ids(decided: str) -> tuple[str, ...]:
+            return tuple(str(t["nodeid"]) for t in by.get(decided, ()))
+
+        undecided = sorted(
+            ((str(t["nodeid"]), tuple(t["gate"].get("undecided") or ())) for t in by.get("undecided", ())),
+            key=lambda u: -max((w.get("moved") or 0.0 for w in u[1]), default=0.0),
+        )
+        return cls(
+            baseline,
+            ids("regression"),
+            tuple(undecided),
+            ids("improvement"),
+            len(by.get("unchanged", ())),
+            ids("new"),
+        )
+
+    def counts(self) -> str:
+        """``1 regression, 2 undecided, 10 unchanged``: every decision the run has."""
+        parts = [
+            (len(self.regressions), "regression", "regressions"),
+            (len(self.undecided), "undecided", "undecided"),
+            (len(self.improvements), "improvement", "improvements"),
+            (self.unchanged, "unchanged", "unchanged"),
+            (len(self.new), "new (not in the baseline)", "new (not in the baseline)"),
+        ]
+        return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
+
+    def names_baseline(self) -> str:
+        """The baseline as a headline names it: name, commit, branch, created, runs."""
+        b = self.baseline
+        if b is None:
+            return "a baseline that could not be read"
+        parts = [f"commit {str(b['commit'])[:12]}" if b.get("commit") else None]
+        parts += [f"branch {b['branch']}" if b.get("branch") else None]
+        parts += [f"created {str(b['created'])[:19]}" if b.get("created") else None]
+        parts += [f"spread from {b['runs']} runs" if b.get("runs") else None]
+        shown = "; ".join(p for p in parts if p)
+        return f"'{b.get('name') or b.get('key')}'" + (f" ({shown})" if shown else "")
+
+    def headline(self) -> str:
+        return f"gpuprof gate against {self.names_baseline()}: {self.counts()}"
+
+    def undecided_reasons(self) -> list[tuple[str, str]]:
+        """Each undecided test, the largest move against its threshold first, with its first
+        reason and what would decide it."""
+        out = []
+        for nodeid, why in self.undecided:
+            first = why[0] if why else {"metric": "?", "why": "?", "decide": "?"}
+            more = f" (and {len(why) - 1} more)" if len(why) > 1 else ""
+            out.append((nodeid, f"{first['metric']}: {first['why']}; {first['decide']}{more}"))
+        return out
+
+    def undecided_lines(self) -> list[str]:
+        return [f"{nodeid}: undecided: {reason}" for nodeid, reason in self.undecided_reasons()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's top-level ``gate``."""
+        return {
+            "baseline": self.baseline,
+            "regressions": list(self.regressions),
+            "undecided": [nodeid for nodeid, _ in self.undecided],
+            "improvements": list(self.improvements),
+            "unchanged": self.unchanged,
+            "new": list(self.new),
+        }
+
+
+def _baseline(record: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline record as the run's ``gate`` names it; ``runs``: the runs its spread
+    between runs was learnt from (the most any comparison of the test pooled)."""
+    runs = [
+        int(c["between_runs"]["runs"])
+        for c in test.get("comparisons") or ()
+        if isinstance(c.get("between_runs"), Mapping) and c["between_runs"].get("runs") is not None
+    ]
+    keys = ("key", "name", "commit", "branch", "created")
+    return {**{k: record.get(k) for k in keys}, "runs": max(runs) if runs else int(record.get("pooled") or 1)}
+
+
+def undecided_message(undecided: Sequence[Undecided], baseline: str) -> str:
+    """A test's message where it is undecided: each figure, why, what would decide it."""
+    return "\n".join([f"GPU gate undecided against baseline {baseline}:", *(f"  {u.line()}" for u in undecided)])
