@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.run_spread import POWER, tolerance_factor
-from pytest_gpuprof.verdict.compare import Change, Comparison, rounds_needed, kernel_names
+from pytest_gpuprof.verdict.compare import Change, Comparison, kernel_names, rounds_needed
 
 Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
 # ``gpuprof ab``'s interval: 90%, each end a one-sided 95% bound (``baselines.ab``)
