@@ -180,10 +180,16 @@ class Change:
         """The smallest true change from the baseline's figure, the threshold included, that
         this comparison catches ``POWER`` of the time (``Spread.detectable_from``), as a
         change in the metric's units toward worse; ``None`` where the spread is unknown."""
-        if self.spread is None or self.baseline is None:
+        spread = self.spread
+        if spread is None or self.baseline is None:
             return None
         t = self.threshold
-        return self.spread.detectable_from(self.baseline, t.delta(self.baseline), t.direction)
+        found = spread.detectable_from(self.baseline, t.delta(self.baseline), t.direction)
+        noise = spread.noise
+        if found is None or noise is None or t.direction < 0 or is_fraction(t.metric) or self.baseline <= noise:
+            return found
+        # a time's spread grows with it: a run of the slower code moves by as much more
+        return found / (1 - noise / self.baseline)
 
     @property
     def blind(self) -> bool:

@@ -134,3 +134,32 @@ def test_under_xdist_the_controller_names_the_record_and_counts_the_same(noisy, 
     )
     assert "undecided" in out.splitlines()[-1]
     assert report["gate"]["undecided"] == ["test_pipeline.py::test_noisy"]
+
+
+@pytest.mark.parametrize(("gate", "seed"), [("kernel_ms:+2%", 21), ("kernel_ms:+10%", 22)])
+def test_a_host_test_slowed_by_its_printed_detectable_change_is_caught(pytester, monkeypatch, gate, seed):
+    """End to end on the host backend: ten saved runs of main at levels 1% apart (seeded),
+    the detectable change the line prints, then twenty runs of code that much slower than
+    the baseline's figure, each moving as a run does. The rate itself is the simulation's
+    (tests/verdict/test_detectable.py); here the plugin's own line gives the figure, the
+    threshold below the spread (+2%) and above it (+10%)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    pytester.makepyfile(test_pipeline=SUITE)
+    for level in 10 * (1 + rng.normal(0, 0.01, 10)):
+        monkeypatch.setenv("GPUPROF_MS", f"{level:.6f}")
+        pytester.runpytest("--gpu-save=main", "--gpu-host-clock=virtual").assert_outcomes(passed=2)
+    figure = level
+    _, report = _run(pytester, monkeypatch, f"{figure:.6f}", f"--gpu-compare-fail={gate}")
+    (noisy_entry,) = [t for t in report["tests"] if t["nodeid"].endswith("test_noisy")]
+    (line,) = [c for c in noisy_entry["comparisons"] if c["threshold"] == gate and c["metric"] == "kernel_ms"]
+    detectable = line["detectable"]
+    assert detectable > float(gate.split("+")[1].rstrip("%")) / 100 * figure
+    caught = 0
+    for noise in rng.normal(0, 0.01, 20):
+        result, report = _run(
+            pytester, monkeypatch, f"{(figure + detectable) * (1 + noise):.6f}", f"--gpu-compare-fail={gate}"
+        )
+        caught += report["gate"]["regressions"] == ["test_pipeline.py::test_noisy"]
+    assert caught >= 16  # 90% of 20 is 18; these seeds catch 19 and 19 (docs/gates.md)
