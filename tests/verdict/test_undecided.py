@@ -158,7 +158,7 @@ def test_a_host_test_slowed_by_its_printed_detectable_change_is_caught(pytester,
     assert detectable > float(gate.split("+")[1].rstrip("%")) / 100 * figure
     caught = 0
     for noise in rng.normal(0, 0.01, 20):
-        result, report = _run(
+        _, report = _run(
             pytester, monkeypatch, f"{(figure + detectable) * (1 + noise):.6f}", f"--gpu-compare-fail={gate}"
         )
         caught += report["gate"]["regressions"] == ["test_pipeline.py::test_noisy"]
