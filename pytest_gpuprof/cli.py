@@ -88,22 +88,39 @@ def show(report: dict[str, Any], shape: tuple[tuple[str, ...], str | None, str |
     return lines
 
 
-def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None) -> tuple[list[str], bool]:
+def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None) -> tuple[list[str], bool, bool]:
     """Each test of ``new`` against the gate's baseline (the same ``Gate.compare`` as the
-    pytest gate's); ``base``: the report given by its path, whose tests ``new`` lacks are
-    listed as gone."""
+    pytest gate's), then the gate's headline and each undecided test; ``base``: the report
+    given by its path, whose tests ``new`` lacks are listed as gone. Whether a test
+    regressed, and whether one was undecided."""
+    from pytest_gpuprof.verdict.decision import RunGate, gate_entry
+
     lines = []
     if gate.note:
         lines.append(f"note: {gate.note}")
     regressed = False
+    judged = []
     for test in new["tests"]:
         comparison = gate.compare(test["nodeid"], test)
+        if comparison.error:  # the comparison itself failed: the command's error, exit 2
+            raise BaselineError(f"{test['nodeid']}: {comparison.why_not}")
         lines += decided_lines(comparison)
         regressed |= bool(comparison.regressed)
+        judged.append(
+            {
+                "nodeid": test["nodeid"],
+                "gate": gate_entry(comparison),
+                "baseline": comparison.record(),
+                "comparisons": comparison.change_records(),
+            }
+        )
     if base is not None:
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})
         lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
-    return lines, regressed
+    run = RunGate.of(judged)
+    if run is not None:
+        lines += [*run.undecided_lines(), run.headline()]
+    return lines, regressed, bool(run is not None and run.undecided)
 
 
 def _output(path: Path) -> None:
@@ -253,6 +270,7 @@ def _add_compare(commands: Commands) -> None:
         f"{descriptors.grammar()}; default {DEFAULT_THRESHOLDS.replace('%', '%%')}",
     )
     _storage(p, "machine id (default: every machine / NEW's)")
+    _undecided(p)
 
 
 def _add_merge(commands: Commands) -> None:
@@ -335,7 +353,23 @@ def _add_ab(commands: Commands) -> None:
     p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what fails: as --gpu-compare-fail")
     p.add_argument("--report", type=Path, default=None, metavar="FILE", help="the effects as JSON")
     p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair (reproducible runs)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="measure the working tree with its uncommitted changes as the head (refused otherwise); said first and last",
+    )
+    _undecided(p)
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then pytest's arguments")
+
+
+def _undecided(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--undecided",
+        choices=("warn", "fail"),
+        default="warn",
+        help="a gated test the comparison cannot decide (its threshold within the noise): warn (exit 0, named and "
+        "counted) or fail (exit 1) (default warn)",
+    )
 
 
 def _ab(args: argparse.Namespace) -> int:
@@ -352,16 +386,35 @@ def _ab(args: argparse.Namespace) -> int:
         fail=args.fail,
         seed=args.seed,
         say=lambda line: print(line, file=sys.stderr),
+        allow_dirty=args.allow_dirty,
     )
     print("\n".join(outcome.lines()))
     try:
         ab.report(outcome, args.report)
     except OSError as e:
         raise BaselineError(f"--report / $GITHUB_STEP_SUMMARY: cannot write: {e.strerror or e}") from None
-    if outcome.regressions:
-        print(f"gpuprof ab: {len(outcome.regressions)} clear regression(s) under --fail={args.fail}")
-        return 1
-    return 0
+    return outcome.exit_code(args.undecided)
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP (a runner's cancel, ``timeout``, a closed terminal): unwound as
+    Ctrl-C is, so that what the command made is removed on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signals() -> None:
+    import signal
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, stop)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -381,14 +434,15 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "export":
             return _export(args)
         if args.command == "ab":
+            _stop_on_signals()
             return _ab(args)
         if args.command == "compare":
             new = load(args.new)
             gate = _gate(args, new)
             base = gate.reference.newest_record if gate.reference.store is None else None
-            lines, regressed = compare(gate, new, base)
+            lines, regressed, undecided = compare(gate, new, base)
             print("\n".join(lines))
-            return 1 if regressed else 0
+            return 1 if regressed or (undecided and args.undecided == "fail") else 0
         _output(args.output)
         merged = merge([load(p, strict=True) for p in args.reports], [str(p) for p in args.reports])
         try:
@@ -400,6 +454,15 @@ def _main(argv: Sequence[str] | None) -> int:
     except (BaselineError, CompareError) as e:
         print(f"gpuprof {args.command}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"gpuprof {args.command}: interrupted; what it had made is removed", file=sys.stderr)
+        return 130
+    except _Stopped as e:
+        import signal
+
+        name = signal.Signals(e.signum).name
+        print(f"gpuprof {args.command}: stopped by {name}; what it had made is removed", file=sys.stderr)
+        return 128 + e.signum
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         # a report that passed the checks of ``load`` but holds fields of the wrong shape
         read = {

@@ -51,6 +51,45 @@ def _legendre() -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(512)
 
 
+def _chi_grid(df: int, thin: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``u`` of sqrt(V / df), V chi-squared with ``df``, and their weights (summing to
+    1): Gauss-Legendre over log u where its density lies (``thin``: every thin-th node)."""
+    # u = exp(w), integrated over w: its density lies near 1 for many degrees of freedom
+    # and reaches down to 0 for few, where the far quantiles live
+    width = 12 / math.sqrt(2 * df)
+    low = 1 - width if 1 - width > 0.1 else 10 ** (-20 / df)
+    high = 1 + width + (6 if df < 4 else 0)
+    nodes, node_weights = (a[::thin] for a in _legendre())
+    w = math.log(low) + (math.log(high) - math.log(low)) * (nodes + 1) / 2
+    u = np.exp(w)
+    log_density = math.log(2) + (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + df * w - df * u * u / 2
+    weights = node_weights * np.exp(log_density)
+    return u, weights / weights.sum()
+
+
+@functools.lru_cache(maxsize=256)
+def paired_detectable_factor(n: int, confidence: float, power: float) -> float:
+    """``k`` such that a true mean change of ``limit + k s / sqrt(n)``, ``s`` the sd of the
+    ``n`` pairs that printed it, is found ``power`` of the time by ``n`` fresh pairs whose
+    interval's low end (``t(confidence, n - 1)`` of their own sd) must pass ``limit``.
+    Both sds are random: the power is the mean of Phi(k u1 - t u2) over two independent
+    chi variates, solved for ``k`` by bisection. Normal pair differences assumed."""
+    u, weights = _chi_grid(n - 1, thin=4)
+    t = t_quantile(confidence, n - 1)
+    outer = np.outer(weights, weights)
+
+    def found(k: float) -> float:
+        return float((outer * _ERFC(-(k * u[:, None] - t * u[None, :]) / math.sqrt(2))).sum() / 2)
+
+    lo, hi = 0.0, 1.0
+    while found(hi) < power:
+        hi *= 2
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if found(mid) < power else (lo, mid)
+    return (lo + hi) / 2
+
+
 @functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
     """Student's t quantile ``p`` at ``df`` degrees of freedom, noncentral by ``shift``:
@@ -61,17 +100,7 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
         raise ValueError(f"t quantile: {df} degrees of freedom")
     if not 0 < p < 1:
         raise ValueError(f"t quantile: probability {p}")
-    # u = exp(w), integrated over w: its density lies near 1 for many degrees of freedom
-    # and reaches down to 0 for few, where the far quantiles live
-    width = 12 / math.sqrt(2 * df)
-    low = 1 - width if 1 - width > 0.1 else 10 ** (-20 / df)
-    high = 1 + width + (6 if df < 4 else 0)
-    nodes, node_weights = _legendre()
-    w = math.log(low) + (math.log(high) - math.log(low)) * (nodes + 1) / 2
-    u = np.exp(w)
-    log_density = math.log(2) + (df / 2) * math.log(df / 2) - math.lgamma(df / 2) + df * w - df * u * u / 2
-    weights = node_weights * np.exp(log_density)
-    weights /= weights.sum()
+    u, weights = _chi_grid(df)
 
     def cdf(x: float) -> float:
         return float((weights * _ERFC(-(x * u - shift) / math.sqrt(2))).sum() / 2)

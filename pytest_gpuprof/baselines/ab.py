@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis.names import readable, short
-from pytest_gpuprof.analysis.run_spread import POWER, t_quantile
+from pytest_gpuprof.analysis.run_spread import POWER, paired_detectable_factor, t_quantile
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
@@ -42,21 +43,36 @@ Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "
 CONFIDENCE = 0.95
 
 
+# why one pair decides nothing
+ONE_PAIR = "one pair has no interval: --pairs 2 or more"
+
+
 class AbError(BaselineError):
     """A run that could not be made: git, the worktree, a pytest that did not finish."""
 
 
 @dataclass
 class Runs:
-    """Each test's figures, run by run, on both sides (a run's figure is its rounds' median)."""
+    """Each test's figures, run by run, on both sides (a run's figure is its rounds' median),
+    and every test's outcome in every run of each side (``outcomes`` of the runs' reports:
+    measured or not)."""
 
     pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = field(default_factory=dict)
+    outcomes: dict[Side, dict[str, Counter[str]]] = field(default_factory=lambda: {"base": {}, "current": {}})
 
     def add(self, base: dict[str, Any], current: dict[str, Any]) -> None:
         ours = {t["nodeid"]: t for t in current["tests"] if "crashed" not in t}
         for test in base["tests"]:
             if test["nodeid"] in ours and "crashed" not in test:
                 self.pairs.setdefault(test["nodeid"], []).append((test, ours[test["nodeid"]]))
+        sides: tuple[tuple[Side, dict[str, Any]], ...] = (("base", base), ("current", current))
+        for side, report in sides:
+            seen = self.outcomes[side]
+            words = dict(report.get("outcomes") or {})
+            for test in report["tests"]:
+                words.setdefault(test["nodeid"], "failed" if "crashed" in test else str(test.get("outcome", "passed")))
+            for nodeid, word in words.items():
+                seen.setdefault(nodeid, Counter())[word] += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,16 +171,20 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     if not diffs:
         return Effect(nodeid, path, t, 0, None, None, None, None, "missing")
     mean, n = statistics.fmean(diffs), len(diffs)
-    if n < 2:
-        verdict: Verdict = "unsure" if abs(mean) > limit else "unchanged"
-        return Effect(nodeid, path, t, n, t.direction * mean, None, None, None, verdict)
-    t95, t90 = t_quantile(CONFIDENCE, n - 1), t_quantile(POWER, n - 1)
+    if n < 2:  # no interval: nothing can be told from the runs' own spread
+        return Effect(nodeid, path, t, n, t.direction * mean, None, None, None, "unsure", ONE_PAIR)
+    t95 = t_quantile(CONFIDENCE, n - 1)
 
     def lower_bound(values: list[float]) -> float:  # the interval's low end, over the pairs
         return statistics.fmean(values) - t95 * statistics.stdev(values) / math.sqrt(n)
 
-    scale = statistics.stdev(diffs) / math.sqrt(n)
-    low, high, detectable = lower_bound(diffs), mean + t95 * scale, (t95 + t90) * scale
+    pair_sd = statistics.stdev(diffs)
+    scale = pair_sd / math.sqrt(n)
+    # a true change this far past the base is caught POWER of the time by pairs as many as
+    # these, their sd as random as this one (``paired_detectable_factor``)
+    detectable = limit + paired_detectable_factor(n, CONFIDENCE, POWER) * scale
+    low, high = lower_bound(diffs), mean + t95 * scale
+    verdict: Verdict
     if low > limit:
         verdict = "regression"
     elif high < -limit:
@@ -174,6 +194,11 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     else:
         verdict = "unsure"
     note = ""
+    if verdict == "unsure":
+        from pytest_gpuprof.verdict.decision import MOST, ab_pairs_needed
+
+        need = ab_pairs_needed(pair_sd, limit)
+        note = f"needs about {need} pairs" if need <= MOST else f"needs more than {MOST} pairs"
     if verdict == "regression" and _kernel_metric(path):
         cycles = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=True)) is not None]
         if len(cycles) == n:
@@ -214,19 +239,52 @@ def _git(args: Sequence[str], cwd: Path) -> str:
     return done.stdout.strip()
 
 
+def repository(cwd: Path) -> Path:
+    """The root of the git checkout holding ``cwd``: one line where there is none."""
+    try:
+        return Path(_git(["rev-parse", "--show-toplevel"], cwd))
+    except AbError:
+        raise AbError(f"{cwd} is in no git repository: gpuprof ab runs two revisions of one") from None
+
+
+def revision(ref: str, root: Path) -> str:
+    """``ref``'s commit: one line naming it where it is none, and why (a shallow clone)."""
+    try:
+        return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], root)
+    except AbError:
+        shallow = ""
+        try:
+            if _git(["rev-parse", "--is-shallow-repository"], root) == "true":
+                shallow = (
+                    "; this clone is shallow: fetch the base first (git fetch --unshallow origin, or "
+                    "actions/checkout with fetch-depth: 0)"
+                )
+        except AbError:
+            pass
+        raise AbError(f"--base {clean(ref)}: no such revision in {root}{shallow}") from None
+
+
+def changed_files(root: Path) -> list[str]:
+    """The files the working tree changed, staged or left untracked (ignored ones aside)."""
+    changed = _git(["diff", "--name-only", "HEAD"], root).splitlines()
+    changed += _git(["ls-files", "--others", "--exclude-standard"], root).splitlines()
+    return list(dict.fromkeys(f for f in changed if f))
+
+
 @contextmanager
 def worktree(ref: str, cwd: Path) -> Iterator[tuple[Path, Path, str]]:
     """The current tree's root, a temporary worktree of ``ref`` and ``ref``'s commit;
     the worktree removed at the end, whatever happened."""
-    root = Path(_git(["rev-parse", "--show-toplevel"], cwd))
-    commit = _git(["rev-parse", "--verify", f"{ref}^{{commit}}"], root)
+    root = repository(cwd)
+    commit = revision(ref, root)
     folder = Path(tempfile.mkdtemp(prefix="gpuprof-ab-"))
     base = folder / "base"
-    _git(["worktree", "add", "--detach", str(base), commit], root)
     try:
+        _git(["worktree", "add", "--detach", str(base), commit], root)
         yield root, base, commit
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=root, capture_output=True, check=False)
+        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True, check=False)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -234,37 +292,149 @@ def run_pytest(tree: Path, relative: Path, args: Sequence[str], report: Path) ->
     """One fresh pytest process in ``tree`` (at the caller's folder within it), its code
     first on the path; its report. Failed tests are figures too; a run that ended without
     a report (a usage error, a crash) is an error naming the tree."""
+    if not (tree / relative).is_dir():
+        raise AbError(f"{relative} is not in {tree}: run gpuprof ab from a folder both revisions have")
     env = dict(os.environ)
     paths = [str(tree), *([str(tree / "src")] if (tree / "src").is_dir() else [])]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "pytest", *args, f"--gpu-report={report}"]
     done = subprocess.run(command, cwd=tree / relative, env=env, capture_output=True, text=True, check=False)
-    if done.returncode not in (0, 1) or not report.is_file():
+    if done.returncode not in (0, 1, 5) or not report.is_file():  # 5: nothing collected on that side
         tail = clean("\n".join((done.stdout + done.stderr).strip().splitlines()[-5:]))
         raise AbError(f"pytest in {tree} exited {done.returncode} without a report: {tail}")
     return load(report)
 
 
+Decision = Literal["regression", "undecided", "improvement", "unchanged"]
+SIDES: dict[Side, str] = {"base": "base", "current": "head"}
+
+
 @dataclass
 class Outcome:
-    """What ``ab`` found: every effect, the pairs run, the base commit."""
+    """What ``ab`` found: every effect, the pairs run, the base commit, each test's outcome
+    in the runs of each side; ``dirty``: the head was the working tree's uncommitted state."""
 
     base: str
     commit: str
     pairs: int
     effects: list[Effect]
     gating: tuple[Threshold, ...]
+    outcomes: dict[Side, dict[str, Counter[str]]] = field(default_factory=lambda: {"base": {}, "current": {}})
+    dirty: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Effect]:
         gates = {t.text for t in self.gating}
         return [e for e in self.effects if e.verdict == "regression" and e.threshold.text in gates]
 
+    def decisions(self) -> dict[str, Decision]:
+        """Each test measured on both sides, by what its gated effects decided: a clear
+        regression; an effect unsure, or not measured on both sides (undecided); else an
+        improvement, or unchanged (a change the SM clocks explain is unchanged)."""
+        gates = {t.text for t in self.gating}
+        out: dict[str, Decision] = {}
+        for e in self.effects:
+            gated = e.threshold.text in gates
+            word: Decision = "unchanged"
+            if gated and e.verdict == "regression":
+                word = "regression"
+            elif gated and e.verdict in ("unsure", "missing"):
+                word = "undecided"
+            elif gated and e.verdict == "improvement":
+                word = "improvement"
+            rank = ("unchanged", "improvement", "undecided", "regression")
+            if rank.index(word) >= rank.index(out.get(e.nodeid, "unchanged")):
+                out[e.nodeid] = word
+        return out
+
+    def undecided(self) -> list[Effect]:
+        gates = {t.text for t in self.gating}
+        return [e for e in self.effects if e.threshold.text in gates and e.verdict in ("unsure", "missing")]
+
+    def failed(self) -> dict[Side, dict[str, Counter[str]]]:
+        """The tests that failed in a run of either side, with their outcomes there."""
+        return {side: {n: c for n, c in tests.items() if c["failed"]} for side, tests in self.outcomes.items()}
+
+    def one_side(self) -> tuple[list[str], list[str]]:
+        """The tests run in head only (new) and in base only (removed)."""
+        base, head = set(self.outcomes["base"]), set(self.outcomes["current"])
+        return sorted(head - base), sorted(base - head)
+
+    def skipped_in_head(self) -> list[str]:
+        """Tests that ran in base and were skipped in every run of head: their gate judged
+        nothing (a pull request that skips its slow test passed without a word)."""
+        base, head = self.outcomes["base"], self.outcomes["current"]
+        return sorted(
+            n
+            for n, c in head.items()
+            if set(c) <= {"skipped", "xfailed"} and n in base and set(base[n]) - {"skipped", "xfailed"}
+        )
+
     def lines(self) -> list[str]:
         head = f"gpuprof ab: {self.pairs} pairs of runs, base {self.base} ({self.commit[:12]}) against the current tree"
-        return [head, *(f"  {e.line()}" for e in self.effects)]
+        if self.dirty:
+            head += f" (the working tree, with uncommitted changes: {_listed(self.dirty)})"
+        lines = [head, *(f"  {e.line()}" for e in self.effects)]
+        for side, tests in self.failed().items():
+            for nodeid, seen in sorted(tests.items()):
+                lines.append(f"  {nodeid}: failed in {SIDES[side]} ({_runs(seen)})")
+        new, removed = self.one_side()
+        lines += [f"  {n}: new (in head only)" for n in new]
+        lines += [f"  {n}: removed (in base only)" for n in removed]
+        lines += [f"  {n}: skipped in head, run in base: nothing of it was compared" for n in self.skipped_in_head()]
+        for e in self.undecided():
+            lines.append(f"  {e.nodeid}: undecided: {e.label}: {self._why(e)}")
+        return [*lines, self.verdict_line()]
+
+    @staticmethod
+    def _why(e: Effect) -> str:
+        if e.effect is None:
+            return e.note or "not measured on both sides"
+        if e.pairs < 2:
+            return e.note
+        shown = _shown(e.threshold)
+        return f"the interval [{shown(e.low)} .. {shown(e.high)}] holds the limit {e.threshold.text}; {e.note}"
+
+    def verdict_line(self) -> str:
+        """The run's one closing line, counting tests."""
+        decided = self.decisions()
+        tests = len(set(self.outcomes["base"]) | set(self.outcomes["current"]) | set(decided))
+        counts = []
+        regressed = self.regressions
+        if regressed:
+            first = regressed[0]
+            shown = _shown(first.threshold)
+            name = first.nodeid.rsplit("::", 1)[-1]
+            more = f" and {len(regressed) - 1} more" if len(regressed) > 1 else ""
+            what = f"{name} {first.label} {shown(first.effect)} [{shown(first.low)} .. {shown(first.high)}]{more}"
+            n = sum(1 for d in decided.values() if d == "regression")
+            counts.append(f"{n} regression{'s' if n != 1 else ''} ({what})")
+        for word in ("undecided", "improvement", "unchanged"):
+            n = sum(1 for d in decided.values() if d == word)
+            if n:
+                counts.append(f"{n} {word}{'s' if word == 'improvement' and n != 1 else ''}")
+        line = f"gpuprof ab: {tests} tests in {self.pairs} pairs: {', '.join(counts) or 'nothing compared'}"
+        failed = self.failed()
+        notes = [
+            f"{len(failed[side])} test{'s' if len(failed[side]) != 1 else ''} failed in {SIDES[side]}"
+            for side in ("current", "base")
+            if failed[side]
+        ]
+        if self.dirty:
+            notes.append("head was the working tree")
+        return line + (f"; {'; '.join(notes)}" if notes else "")
+
+    def exit_code(self, undecided: str = "warn") -> int:
+        """1 for a clear regression, a test failed on either side, or (``undecided=fail``) an
+        undecided test; else 0."""
+        failed = self.failed()
+        if self.regressions or failed["base"] or failed["current"]:
+            return 1
+        return 1 if undecided == "fail" and self.undecided() else 0
 
     def to_dict(self) -> dict[str, Any]:
+        decided = self.decisions()
+        new, removed = self.one_side()
         return {
             "base": self.base,
             "commit": self.commit,
@@ -272,6 +442,13 @@ class Outcome:
             "fail": [t.text for t in self.gating],
             "regressions": [e.to_dict() for e in self.regressions],
             "effects": [e.to_dict() for e in self.effects],
+            "tests": {n: decided[n] for n in sorted(decided)},
+            "failed": {SIDES[side]: sorted(tests) for side, tests in self.failed().items()},
+            "new": new,
+            "removed": removed,
+            "skipped_in_head": self.skipped_in_head(),
+            "dirty": self.dirty,
+            "verdict": self.verdict_line(),
         }
 
     def markdown(self) -> str:
@@ -282,7 +459,11 @@ class Outcome:
         ]
         return "\n".join(
             [
+                f"**{self.verdict_line()}**",
+                "",
                 f"### gpuprof ab: base `{self.base}` ({self.commit[:12]}) against this tree, {self.pairs} pairs",
+                "",
+                *(f"- {line.strip()}" for line in self.lines()[1 + len(self.effects) : -1]),
                 "",
                 "| test | metric | effect | 90% interval | pairs | verdict |",
                 "|---|---|---|---|---|---|",
@@ -290,6 +471,16 @@ class Outcome:
                 "",
             ]
         )
+
+
+def _listed(files: Sequence[str], shown: int = 5) -> str:
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return ", ".join(files[:shown]) + more
+
+
+def _runs(seen: Counter[str]) -> str:
+    total = sum(seen.values())
+    return f"{seen['failed']} of {total} runs" if total > 1 else "its run"
 
 
 def ab(
@@ -301,15 +492,26 @@ def ab(
     seed: int | None = None,
     cwd: Path | None = None,
     say: Callable[[str], None] = print,
+    allow_dirty: bool = False,
 ) -> Outcome:
     """Run ``pytest_args`` in ``pairs`` pairs of base and current runs; add pairs of each
-    unsure test alone up to ``max_pairs``."""
+    unsure test alone up to ``max_pairs``. Uncommitted changes are refused unless
+    ``allow_dirty``: the head would be a tree no commit names."""
     from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, with_listed_kernels
 
     gating = tuple(parse_thresholds(fail)) if fail else ()
     thresholds = with_listed_kernels(gating or parse_thresholds(DEFAULT_THRESHOLDS))
     cwd = Path.cwd() if cwd is None else cwd
     max_pairs = max(max_pairs or 2 * pairs, pairs)
+    dirty = changed_files(repository(cwd))
+    if dirty and not allow_dirty:
+        raise AbError(
+            f"uncommitted changes ({_listed(dirty)}): commit them, or pass --allow-dirty to measure the working tree"
+        )
+    if dirty:
+        say(f"gpuprof ab: --allow-dirty: head is the working tree, with uncommitted changes: {_listed(dirty)}")
+    if max_pairs < 2:
+        say(f"gpuprof ab: {ONE_PAIR}: this run can find no regression, every gated test ends undecided")
     order = random.Random(seed)
     runs = Runs()
     with worktree(ref, cwd) as (root, base, commit), tempfile.TemporaryDirectory(prefix="gpuprof-ab-") as scratch:
@@ -334,12 +536,13 @@ def ab(
         def unsure(nodeid: str) -> bool:
             return any(e.verdict == "unsure" for e in effects(Runs({nodeid: runs.pairs[nodeid]}), gating or thresholds))
 
+        every = {*runs.pairs, *runs.outcomes["base"], *runs.outcomes["current"]}
         for nodeid in sorted(runs.pairs):
-            others = [f"--deselect={n}" for n in runs.pairs if n != nodeid]  # that test alone
+            others = [f"--deselect={n}" for n in sorted(every) if n != nodeid]  # that test alone
             while len(runs.pairs[nodeid]) < max_pairs and unsure(nodeid):
                 pair([*pytest_args, *others])
     total = max((len(p) for p in runs.pairs.values()), default=0)
-    return Outcome(ref, commit, total, effects(runs, thresholds), gating)
+    return Outcome(ref, commit, total, effects(runs, thresholds), gating, runs.outcomes, dirty)
 
 
 def report(outcome: Outcome, path: Path | None) -> None:

@@ -166,10 +166,14 @@ class Gate:
         try:
             history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
             changes = compare_tests(self.thresholds, base, test, history)
-        except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as e:
-            # a field ``entry_problem`` does not know of, of the wrong shape: named, never a crash
-            why = f"{held.where}: a field of the wrong shape ({type(e).__name__}: {records.clean(str(e))[:200]})"
-            return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
+        except (TypeError, ValueError, OverflowError, KeyError, AttributeError, ZeroDivisionError) as e:
+            # fields ``entry_problem`` passed, so the comparison itself failed: an error of the
+            # run that names the test and the cause, never a test passed as "not compared"
+            why = (
+                f"the comparison with {held.where} failed ({type(e).__name__}: {records.clean(str(e))[:200]}); "
+                "a field of a shape the gate does not expect, or a bug of pytest-gpuprof"
+            )
+            return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why, error=True)
         moved = changed(dict(held.environment), environment or {})
         notes = [n for n in (self.note, clock_note(base, test)) if n]
         if moved:

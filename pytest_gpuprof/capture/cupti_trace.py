@@ -126,7 +126,7 @@ class CuptiCapture:
         # how each delivered buffer was read: from CUPTI's buffer, as cupti-python's objects,
         # or not at all (bytes not laid out as the record dtypes say: its records are lost)
         self.deliveries = {"buffers": 0, "objects": 0, "unreadable": 0}
-        self.dropped = 0
+        self.dropped: int | None = 0  # every record CUPTI dropped; None: a count could not be read
         self.offset_ns = self._clock_offset()  # also loads libcupti, which ``library`` looks for
         self._raw: RawBuffers | None = None
         self.reading = "cupti-python's record objects, ~60 us a record"
@@ -307,21 +307,25 @@ class CuptiCapture:
         out = self._flush()
         notes = []
         dropped = self._dropped()
-        if dropped:
-            self.dropped += dropped
+        if isinstance(dropped, str):  # unknown is never zero: a loss would go unseen
+            self.dropped = None
+            notes.append(f"CUPTI's count of dropped records could not be read ({dropped}): a loss would go unseen")
+        elif dropped:
+            self.dropped = None if self.dropped is None else self.dropped + dropped
             notes.append(f"{RECORDS_LOST}CUPTI dropped {dropped:,} activity records, so device time is undercounted")
         if self.deliveries["unreadable"] > unreadable:
             lost = self.deliveries["unreadable"] - unreadable
             notes.append(f"{RECORDS_LOST}{lost} CUPTI buffer(s) not laid out as the record types say")
         return out, notes
 
-    def _dropped(self) -> int:
-        """Records CUPTI dropped since the last call (its count restarts when read)."""
+    def _dropped(self) -> int | str:
+        """Records CUPTI dropped since the last call (its count restarts when read), or why
+        the count could not be read."""
         count = np.zeros(1, dtype=np.uint64)
         try:
             self._cupti.activity_get_num_dropped_records(0, 0, count.ctypes.data)
-        except Exception:
-            return 0
+        except Exception as e:  # cupti-python's errors, or a binding without the call
+            return f"{type(e).__name__}: {e}"[:200]
         return int(count[0])
 
     def reset(self) -> None:

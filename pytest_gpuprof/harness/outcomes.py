@@ -20,6 +20,17 @@ class Outcomes:
         self.views: dict[str, TestView] = {}  # every measured test, from here or the workers
         self.crashed: dict[str, str] = {}  # tests whose xdist worker died
 
+    def words(self) -> dict[str, str]:
+        """Every test this process (or its workers) ran, by its outcome as pytest's last line
+        says it: passed, failed, skipped, xfailed, xpassed. What ``gpuprof ab`` reads to judge
+        a pull request whole: a failed test fails it, whatever its figures."""
+        out = {}
+        for nodeid, (outcome, xfail) in self.final.items():
+            if xfail:
+                outcome = "xfailed" if outcome == "skipped" else ("xpassed" if outcome == "passed" else outcome)
+            out[nodeid] = outcome
+        return out
+
     def of(self, nodeid: str, default: str = "passed") -> tuple[str, bool]:
         return self.final.get(nodeid, (default, False))
 

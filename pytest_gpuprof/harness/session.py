@@ -43,6 +43,7 @@ NO_DEVICE = pytest.StashKey[str]()
 
 # how a test the plugin failed reads in pytest's progress and summary (``pytest_report_teststatus``)
 GPU_BUDGET, GPU_REGRESSION, GPU_UNDECIDED = "GPU BUDGET", "GPU REGRESSION", "GPU UNDECIDED"
+GPU_GATE_ERROR = "GPU GATE ERROR"
 
 
 class GpuSession:
@@ -156,24 +157,7 @@ class GpuSession:
         if result is None:
             return
         record = result.record
-        regression = undecided = None
-        if self.gate is not None:
-            from pytest_gpuprof.verdict.decision import decision, gate_entry, undecided_message
-
-            environment = self.runtime.environment()
-            comparison = result.comparison = self.gate.compare(item.nodeid, record.to_dict(), environment)
-            record.comparisons = comparison.change_records()
-            record.baseline = comparison.record()
-            record.regressions = comparison.labels
-            record.inert = comparison.inert
-            record.gated = comparison.gates
-            record.gate = gate_entry(comparison)
-            regression = comparison.failure()
-            undecided_figures = decision(comparison)[1]
-            record.undecided = [u.what for u in undecided_figures]
-            record.undecided_failed = bool(undecided_figures) and self.settings.compare_undecided == "fail"
-            if undecided_figures:
-                undecided = undecided_message(undecided_figures, comparison.source or self.gate.where)
+        gated = self._compare(item.nodeid, result) if self.gate is not None else []
         if raised is not None:
             return
         message = None
@@ -184,21 +168,52 @@ class GpuSession:
                 if not profiler.windows[w.index].settled
             ]
             message = "\n".join(messages) or None
-        failures = [m for m in (message if self.settings.enforce else None, regression) if m]
-        if undecided is not None and record.undecided_failed:
-            failures.append(undecided)
-        elif undecided is not None:
-            _warn(item, f"gpuprof: {undecided} (--gpu-compare-undecided=fail fails it)")
+        failures = [(message, GPU_BUDGET)] if message is not None and self.settings.enforce else []
+        for text, word in gated:
+            if word is None:
+                _warn(item, text)
+            else:
+                failures.append((text, word))
         for line in _said(result, profiler):
             _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
-            failures.append(message)  # warnings are errors here (-W error): fail with the message
+            failures.append((message, GPU_BUDGET))  # warnings are errors here (-W error): fail with the message
             record.warned_as_error = True
         if failures:
-            first = failures[0]
-            word = GPU_BUDGET if first is message else (GPU_UNDECIDED if first is undecided else GPU_REGRESSION)
-            self.failed_by_gate[item.nodeid] = word
-            pytest.fail("\n".join(failures), pytrace=False)
+            self.failed_by_gate[item.nodeid] = failures[0][1]
+            pytest.fail("\n".join(text for text, _ in failures), pytrace=False)
+
+    def _compare(self, nodeid: str, result: TestResult) -> list[tuple[str, str | None]]:
+        """The test against its baseline, recorded; what the gate says of it, each with the
+        word its failure reads (``None``: a warning only): the comparison's own error, a
+        regression, an undecided gate (failed under ``--gpu-compare-undecided=fail``)."""
+        from pytest_gpuprof.verdict.decision import decision, gate_entry, undecided_message
+
+        assert self.gate is not None
+        record = result.record
+        comparison = result.comparison = self.gate.compare(nodeid, record.to_dict(), self.runtime.environment())
+        record.comparisons = comparison.change_records()
+        record.baseline = comparison.record()
+        record.regressions = comparison.labels
+        record.inert = comparison.inert
+        record.gated = comparison.gates
+        record.gate = gate_entry(comparison)
+        undecided = decision(comparison)[1]
+        record.undecided = [u.what for u in undecided]
+        record.undecided_failed = bool(undecided) and self.settings.compare_undecided == "fail"
+        if comparison.error:
+            return [(f"gpuprof: the gate could not compare this test: {comparison.why_not}", GPU_GATE_ERROR)]
+        said: list[tuple[str, str | None]] = []
+        regression = comparison.failure()
+        if regression is not None:
+            said.append((regression, GPU_REGRESSION))
+        if undecided:
+            text = undecided_message(undecided, comparison.source or self.gate.where)
+            if record.undecided_failed:
+                said.append((text, GPU_UNDECIDED))
+            else:
+                said.append((f"gpuprof: {text} (--gpu-compare-undecided=fail fails it)", None))
+        return said
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and
@@ -356,7 +371,7 @@ class GpuSession:
         if self.runtime.is_worker:
             return True
         return self.outputs.write(
-            self._views(), self.tests.crashed, self.runtime.machine, partial, not_a_baseline, part
+            self._views(), self.tests.crashed, self.runtime.machine, partial, not_a_baseline, part, self.tests.words()
         )
 
     def close(self) -> None:

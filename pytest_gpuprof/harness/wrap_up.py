@@ -206,6 +206,7 @@ class Outputs:
         partial: str | None,
         not_a_baseline: str | None = None,
         part: str | None = None,
+        outcomes: Mapping[str, str] | None = None,
     ) -> bool:
         """Every file asked for (``FILES``) and the baseline; ``partial`` says why the run
         ended early, if it did, ``not_a_baseline`` why it may not become a baseline. False
@@ -227,6 +228,8 @@ class Outputs:
             report["partial"] = partial
         if part:
             report["part"] = part
+        if outcomes:
+            report["outcomes"] = dict(outcomes)
         if not tests:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
         from pytest_gpuprof.verdict.decision import RunGate

@@ -200,6 +200,11 @@ def report_schema() -> dict[str, Any]:
             "part": {"type": "string"},
             "note": {"type": "string"},
             "gate": _RUN_GATE,
+            # every test the run ran, measured or not, by its outcome
+            "outcomes": {
+                "type": "object",
+                "additionalProperties": {"enum": ["passed", "failed", "skipped", "xfailed", "xpassed"]},
+            },
         },
         "$defs": {"test": _test(), "breach": _breach()},
     }

@@ -545,6 +545,7 @@ class Comparison:
     baseline: Mapping[str, Any] | None = None
     note: str | None = None
     why_not: str | None = None
+    error: bool = False  # the comparison itself failed (``why_not`` says how): an error of the run
 
     @property
     def regressed(self) -> list[Change]:

@@ -251,7 +251,8 @@ class RunGate:
         parts = [f"commit {str(b['commit'])[:12]}" if b.get("commit") else None]
         parts += [f"branch {b['branch']}" if b.get("branch") else None]
         parts += [f"created {str(b['created'])[:19]}" if b.get("created") else None]
-        parts += [f"spread from {b['runs']} runs" if b.get("runs") else None]
+        runs = int(b.get("runs") or 1)
+        parts += [f"spread from {runs} saved runs" if runs > 1 else "1 saved run: spread between runs unknown"]
         shown = "; ".join(p for p in parts if p)
         return f"'{b.get('name') or b.get('key')}'" + (f" ({shown})" if shown else "")
 

@@ -3,6 +3,7 @@ the host backend's virtual clock. Each run's level moves by up to 1% (seeded fro
 the runs share) and the whole job's by ``GPUPROF_OFFSET``, as a slow runner would."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -43,6 +44,7 @@ def repo(tmp_path, monkeypatch):
     _git(root, "config", "user.email", "ab@example.com")
     _git(root, "config", "user.name", "ab")
     (root / "test_perf.py").write_text(SUITE.format(slower=1.0))
+    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "base")
     monkeypatch.chdir(root)
@@ -56,6 +58,8 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
     repo, monkeypatch, capsys, tmp_path
 ):
     (repo / "test_perf.py").write_text(SUITE.format(slower=1.05))
+    _git(repo, "checkout", "-qb", "pr")
+    _git(repo, "commit", "-qam", "slower")  # the pull request: committed, as ab measures commits
     monkeypatch.setenv("GPUPROF_OFFSET", "1.08")  # the runner is 8% slower today, both sides alike
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -125,7 +129,7 @@ def test_an_unsure_test_gets_more_pairs_of_its_own(repo, monkeypatch, capsys, tm
 def test_a_base_that_is_no_revision_is_one_line_and_exit_2(repo, capsys):
     assert cli.main(["ab", "--base", "no-such-branch", "--"]) == 2
     err = capsys.readouterr().err
-    assert "gpuprof ab: git rev-parse --verify no-such-branch^{commit}" in err
+    assert err.strip() == f"gpuprof ab: --base no-such-branch: no such revision in {repo}"
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(worktrees.splitlines()) == 1
 
@@ -148,3 +152,196 @@ def test_an_effect_reads_as_the_metric_moved(before, after, verdict):
     assert found.low is not None and found.high is not None and found.low <= found.effect <= found.high
     moved = f"{100 * (after - before):+.2f}pt"
     assert f"effect {moved} [" in found.line() and found.to_dict()["effect"] == pytest.approx(after - before)
+
+
+# --- the whole pull request
+
+FAILING = """
+def test_new_and_broken():
+    assert False
+"""
+
+
+def _branch(repo, message, **files):
+    _git(repo, "checkout", "-qB", "pr")
+    for name, text in files.items():
+        if text is None:
+            (repo / name).unlink()
+        else:
+            (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+
+
+def _worktrees(repo):
+    return subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout.splitlines()
+
+
+def test_a_pull_request_that_adds_a_failing_test_fails_naming_it(repo, capsys, tmp_path):
+    """It once printed "unchanged" lines, never named the test and exited 0."""
+    _branch(repo, "adds a broken test", **{"test_new.py": FAILING})
+    rc = cli.main(
+        ["ab", "--base", "main", "--pairs", "2", "--fail", "kernel_ms:+5%", "--report", str(tmp_path / "r.json"), "--"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "  test_new.py::test_new_and_broken: failed in head (2 of 2 runs)" in out
+    assert "  test_new.py::test_new_and_broken: new (in head only)" in out
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"gpuprof ab: 3 tests in \d pairs: 2 unchanged; 1 test failed in head", last), last
+    found = json.loads((tmp_path / "r.json").read_text())
+    assert found["failed"] == {"base": [], "head": ["test_new.py::test_new_and_broken"]}
+    assert found["new"] == ["test_new.py::test_new_and_broken"] and found["verdict"] == last
+
+
+def test_a_removed_or_skipped_gated_test_is_said(repo, capsys):
+    skipped = SUITE.format(slower=1.0).replace(
+        "def test_steady", "import pytest\n@pytest.mark.skip('slow')\ndef test_steady"
+    )
+    _branch(repo, "skips one", **{"test_perf.py": skipped})
+    rc = cli.main(["ab", "--base", "main", "--pairs", "2", "--fail", "kernel_ms:+5%", "--"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "  test_perf.py::test_steady: skipped in head, run in base: nothing of it was compared" in out
+    kept = SUITE.format(slower=1.0).split("def test_steady")[0]
+    _branch(repo, "removes one", **{"test_perf.py": kept})
+    cli.main(["ab", "--base", "main", "--pairs", "2", "--fail", "kernel_ms:+5%", "--"])
+    assert "  test_perf.py::test_steady: removed (in base only)" in capsys.readouterr().out
+
+
+def test_uncommitted_changes_are_refused_unless_allowed_and_then_said_first_and_last(repo, capsys):
+    (repo / "test_perf.py").write_text(SUITE.format(slower=1.0) + "\n# edited\n")
+    (repo / "notes.txt").write_text("x")
+    assert cli.main(["ab", "--base", "main", "--pairs", "2", "--"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "gpuprof ab: uncommitted changes (test_perf.py, notes.txt): commit them, or pass --allow-dirty to measure "
+        "the working tree"
+    )
+    assert len(_worktrees(repo)) == 1
+    assert cli.main(["ab", "--base", "main", "--pairs", "2", "--allow-dirty", "--"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0].startswith("gpuprof ab: --allow-dirty: head is the working tree")
+    assert captured.out.strip().splitlines()[-1].endswith("; head was the working tree")
+
+
+def test_no_repository_and_a_shallow_clone_are_one_line_each(tmp_path, monkeypatch, capsys, repo):
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert cli.main(["ab", "--base", "main", "--"]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"gpuprof ab: {outside} is in no git repository: gpuprof ab runs two revisions of one"
+    )
+    _git(repo, "checkout", "-qb", "feature")
+    (repo / "later.txt").write_text("x")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "later")
+    shallow = tmp_path / "shallow"
+    _git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{repo}", str(shallow))
+    monkeypatch.chdir(shallow)
+    assert cli.main(["ab", "--base", "HEAD~1", "--"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpuprof ab: --base HEAD~1: no such revision in") and "this clone is shallow" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_ctrl_c_is_one_line_exit_130_and_leaves_no_worktree(repo, monkeypatch, capsys):
+    from pytest_gpuprof.baselines import ab
+
+    made = []
+
+    def interrupted(tree, relative, args, report):
+        made.append(tree)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ab, "run_pytest", interrupted)
+    assert cli.main(["ab", "--base", "main", "--"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "gpuprof ab: interrupted; what it had made is removed"
+    assert len(_worktrees(repo)) == 1
+    assert not any(tree.exists() for tree in made if "gpuprof-ab-" in str(tree))
+
+
+def test_sigterm_ends_a_running_ab_with_one_line_and_nothing_left(repo, tmp_path):
+    """A runner's cancel (SIGTERM) while a pair runs: the pytest child ends, the worktree
+    and its folder go, exit 143."""
+    import os
+    import signal
+    import sys
+    import time
+
+    (repo / "test_hang.py").write_text("import time\n\ndef test_hangs():\n    time.sleep(60)\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "hangs")  # on both sides
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "pytest_gpuprof", "ab", "--base", "main", "--pairs", "1", "--", "test_hang.py"]
+    process = subprocess.Popen(command, cwd=repo, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    line = process.stderr.readline()  # the pair has begun
+    assert "pair 1" in line or "one pair" in line
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    rest = process.communicate(timeout=60)[1]
+    assert process.returncode == 143, rest
+    assert rest.strip().splitlines()[-1] == "gpuprof ab: stopped by SIGTERM; what it had made is removed"
+    assert len(_worktrees(repo)) == 1
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+
+
+def test_one_pair_can_never_fail_and_says_so(repo, monkeypatch, capsys):
+    rc = cli.main(["ab", "--base", "main", "--pairs", "1", "--max-pairs", "1", "--fail", "kernel_ms:+2%", "--"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert "one pair has no interval: --pairs 2 or more: this run can find no regression" in captured.err
+    assert captured.out.strip().splitlines()[-1] == "gpuprof ab: 2 tests in 1 pairs: 2 undecided"
+    rc = cli.main(
+        [
+            "ab",
+            "--base",
+            "main",
+            "--pairs",
+            "1",
+            "--max-pairs",
+            "1",
+            "--fail",
+            "kernel_ms:+2%",
+            "--undecided",
+            "fail",
+            "--",
+        ]
+    )
+    assert rc == 1
+
+
+def test_the_printed_detectable_change_is_caught_nine_times_in_ten():
+    """Seeded: pairs whose differences are normal with sd 3%; a run of pairs prints its
+    smallest detectable change; a fresh run of pairs at that true change is a regression at
+    least 90% of the time (it was the distance past the limit, caught half the time)."""
+    import numpy as np
+
+    from pytest_gpuprof.baselines.ab import effect
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    (limit,) = parse_thresholds("kernel_ms:+2%")
+    rng = np.random.default_rng(5)
+
+    def pairs(true_change, n=5):
+        out = []
+        for d in rng.normal(true_change, 0.03, n):
+            out.append(
+                (
+                    {"rounds": {"kernel_ms": {"samples": [10.0]}}},
+                    {"rounds": {"kernel_ms": {"samples": [10.0 * (1 + d)]}}},
+                )
+            )
+        return out
+
+    caught = trials = 0
+    for _ in range(2000):
+        printed = effect("t", "kernel_ms", limit, pairs(0.0)).detectable
+        assert printed is not None and printed > 0.02
+        caught += effect("t", "kernel_ms", limit, pairs(printed)).verdict == "regression"
+        trials += 1
+    assert caught / trials >= 0.9 - 4 * (0.9 * 0.1 / trials) ** 0.5

@@ -425,3 +425,27 @@ def test_two_kinds_in_turn_are_read_a_pattern_at_a_time(monkeypatch):
     assert tables is not None and len(tables["api"]) == len(tables["kernel"]) == 1000
     assert tables["kernel"]["correlation_id"].tolist() == list(range(1000))
     assert len(calls) < 10  # not a step per record
+
+
+def test_a_dropped_count_that_cannot_be_read_is_said_never_zero():
+    """It read 0 when the call failed, so the "records lost" note vanished."""
+
+    class Unreadable(FakeCupti):
+        def activity_get_num_dropped_records(self, context: int, stream: int, out: int) -> None:
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    capture = CuptiCapture(Unreadable(), library=FakeLibrary)
+    _, notes = capture.drain()
+    assert notes == [
+        "CUPTI's count of dropped records could not be read (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED): "
+        "a loss would go unseen"
+    ]
+    assert capture.dropped is None
+
+    class Dropping(FakeCupti):
+        def activity_get_num_dropped_records(self, context: int, stream: int, out: int) -> None:
+            ctypes.c_uint64.from_address(out).value = 7
+
+    counted = CuptiCapture(Dropping(), library=FakeLibrary)
+    _, notes = counted.drain()
+    assert counted.dropped == 7 and "CUPTI dropped 7 activity records" in notes[0]

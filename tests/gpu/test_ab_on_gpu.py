@@ -59,6 +59,7 @@ def repo(tmp_path: Path) -> Path:
     _git(root, "config", "user.email", "ab@example.com")
     _git(root, "config", "user.name", "ab")
     (root / "test_spin.py").write_text(SUITE.format(name="spin", slower=1.0))
+    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "base")
     return root
@@ -73,6 +74,8 @@ def _ab(root: Path, report: Path, plugin_args: list[str]) -> subprocess.Complete
 
 def test_a_three_percent_slower_kernel_is_caught_by_name_with_three_pairs(repo, tmp_path, plugin_args):
     (repo / "test_spin.py").write_text(SUITE.format(name="spin", slower=1.03))
+    _git(repo, "checkout", "-qb", "pr")
+    _git(repo, "commit", "-qam", "slower")  # the pull request: committed, as ab measures commits
     done = _ab(repo, tmp_path / "ab.json", plugin_args)
     print(done.stdout)
     assert done.returncode == 1, done.stdout + done.stderr

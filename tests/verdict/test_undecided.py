@@ -52,7 +52,7 @@ def test_a_slower_pr_on_a_noisy_runner_is_counted_undecided_never_passed_quietly
         [
             "gpuprof: test_pipeline.py::test_noisy: undecided: kernel_ms: moved 10.0x the threshold kernel_ms:+1%, "
             "within the spread between runs; needs * pairs of gpuprof ab*",
-            "gpuprof gate against 'main' (*spread from 10 runs): 1 undecided, 1 unchanged",
+            "gpuprof gate against 'main' (*spread from 10 saved runs): 1 undecided, 1 unchanged",
             "gpuprof: 1 gated test(s) undecided, passed with a warning; --gpu-compare-undecided=fail fails them",
         ]
     )
@@ -163,3 +163,25 @@ def test_a_host_test_slowed_by_its_printed_detectable_change_is_caught(pytester,
         )
         caught += report["gate"]["regressions"] == ["test_pipeline.py::test_noisy"]
     assert caught >= 16  # 90% of 20 is 18; these seeds catch 19 and 19 (docs/gates.md)
+
+
+def test_an_error_inside_the_gate_fails_the_test_with_one_line_never_passes_it(noisy, monkeypatch, capsys):
+    """A comparison that raised was once "not compared: a field of the wrong shape", and the
+    test passed: it is the run's error now, by test and cause, and the command's exit 2."""
+    from pytest_gpuprof import cli
+    from pytest_gpuprof.baselines import gate
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(gate, "compare_tests", broken)
+    result, report = _run(noisy, monkeypatch, 10.0, TIGHT, "-v")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*test_noisy GPU GATE ERROR*"])
+    assert "gpuprof: the gate could not compare this test: the comparison with .gpuprof/" in result.stdout.str()
+    assert "(ZeroDivisionError: float division by zero)" in result.stdout.str()
+    capsys.readouterr()
+    assert cli.main(["compare", "main", "r.json", "--fail", "kernel_ms:+1%"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuprof compare: test_pipeline.py::test_noisy: the comparison with ")
+    assert len(err.strip().splitlines()) == 1
