@@ -227,7 +227,9 @@ def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monke
     assert cli.main(["compare", "main", "r.json", "--fail", GATE.split("=", 1)[1]]) == 1
     command = [line.strip() for line in capsys.readouterr().out.splitlines()]
     assert command[:-1] == gate and any("p=" in line and line.endswith(": regression") for line in command)
-    assert command[-1].startswith("gpuprof gate against 'main' (") and command[-1].endswith(": 1 regression, 1 unchanged")
+    assert command[-1].startswith("gpuprof gate against 'main' (") and command[-1].endswith(
+        ": 1 regression, 1 unchanged"
+    )
 
 
 def test_gpuprof_compare_imports_no_pytest(tmp_path):

@@ -175,7 +175,7 @@ def test_an_error_inside_the_gate_fails_the_test_with_one_line_never_passes_it(n
         raise ZeroDivisionError("float division by zero")
 
     monkeypatch.setattr(gate, "compare_tests", broken)
-    result, report = _run(noisy, monkeypatch, 10.0, TIGHT, "-v")
+    result, _ = _run(noisy, monkeypatch, 10.0, TIGHT, "-v")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*test_noisy GPU GATE ERROR*"])
     assert "gpuprof: the gate could not compare this test: the comparison with .gpuprof/" in result.stdout.str()
