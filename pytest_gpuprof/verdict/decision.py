@@ -139,7 +139,26 @@ def _more(c: Change) -> str:
     runs = runs_needed(spread.sd, allowed)
     if runs is not None and runs > spread.runs:
         out += f", or {runs} saved runs (has {spread.runs})"
-    return out
+    wider = _threshold_seen(c)
+    return out + (f", or a threshold of {wider} (what this spread can see)" if wider else "")
+
+
+def _threshold_seen(c: Change) -> str | None:
+    """The threshold, in the expression's own unit, that this spread lets a change of its
+    size be seen at (``Spread.detectable``), rounded up."""
+    spread, t = c.spread, c.threshold
+    if spread is None or spread.detectable is None or c.baseline is None:
+        return None
+    sign = "+" if t.direction > 0 else "-"
+    if t.unit == "%":
+        if not c.baseline:
+            return None
+        amount = math.ceil(1000 * spread.detectable / abs(c.baseline)) / 10
+    elif t.unit == "pt":
+        amount = math.ceil(1000 * spread.detectable) / 10
+    else:
+        amount = math.ceil(1000 * spread.detectable) / 1000
+    return f"{t.text.rsplit(':', 1)[0]}:{sign}{amount:g}{t.unit}"
 
 
 def ab_pairs_needed(pair_sd: float, allowed: float) -> int:
