@@ -7,6 +7,10 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ALPHA = 0.05
 # the exact permutation distribution while min(n, m) * (n + m) stays within this: up to
@@ -50,26 +54,44 @@ def can_fail(n: int, m: int) -> bool:
 def _exact_tail(x: Sequence[float], y: Sequence[float], u2: int) -> float:
     """P(2U >= ``u2``) over every split of the pooled values into n x's and m y's.
 
-    2U = 2R_y - m(m+1), R_y the sum of the y's mid-ranks. Counted over tie groups: a
-    group of t equal values at doubled mid-rank r gives C(t, j) ways to put j of them on
-    the y side, each adding j*r to the doubled rank sum. The counts are floats (C(100, 50)
-    is 1e29) and the tail a ratio of them, good to the 15th digit."""
+    Counted over the smaller side's rank sums (``_rank_sums``), so that a pooled baseline
+    of hundreds of rounds against a run's nine costs a table of nine rows: where the x's
+    are fewer, 2U_y = 2nm - 2U_x turns the upper tail of y's into the lower tail of x's."""
+    n, m = len(x), len(y)
+    pooled = sorted(float(v) for v in (*x, *y))
+    if m <= n:
+        counts = _rank_sums(pooled, m)
+        return float(counts[u2 + m * (m + 1) :].sum() / counts.sum())
+    counts = _rank_sums(pooled, n)
+    return float(counts[: 2 * n * m - u2 + n * (n + 1) + 1].sum() / counts.sum())
+
+
+def _rank_sums(pooled: list[float], k: int) -> np.ndarray:
+    """How many ways ``k`` of the sorted ``pooled`` values give each doubled rank sum.
+
+    2U = 2R - k(k+1), R the sum of the k values' mid-ranks. Counted over tie groups: a
+    group of t equal values at doubled mid-rank r gives C(t, j) ways to take j of them,
+    each adding j*r to the doubled rank sum. The counts are floats (C(100, 50) is 1e29) and
+    a tail a ratio of them, good to the 15th digit."""
     import numpy as np  # the plugin loads this module; numpy only when rounds are compared
 
-    m = len(y)
-    pooled = sorted(float(v) for v in (*x, *y))
     total = len(pooled)
-    top = sum(range(2 * (total - m) + 2, 2 * total + 1, 2))  # the largest doubled rank sum of m values
-    ways = np.zeros((m + 1, top + 1))
+    top = sum(range(2 * (total - k) + 2, 2 * total + 1, 2))  # the largest doubled rank sum of k values
+    ways = np.zeros((k + 1, top + 1))
     ways[0, 0] = 1.0
     start = 0
     for _, same in itertools.groupby(pooled):
         t = len(list(same))
         r = 2 * start + t + 1  # the group's doubled mid-rank
         start += t
-        before = ways.copy()
-        for j in range(1, min(t, m) + 1):
+        reach = min(top, k * (2 * start)) + 1  # no doubled rank sum of the values so far is larger
+        if t == 1:  # numpy reads an overlapping operand as it was before the update
+            ways[1:, r:reach] += ways[:k, : reach - r]
+            continue
+        added = np.zeros((k, reach))
+        for j in range(1, min(t, k) + 1):
             shift = j * r
-            ways[j:, shift:] += math.comb(t, j) * before[: m + 1 - j, : top + 1 - shift]
-    rank_sums = ways[m]
-    return float(rank_sums[u2 + m * (m + 1) :].sum() / rank_sums.sum())
+            if shift < reach:
+                added[j - 1 :, shift:] += math.comb(t, j) * ways[: k + 1 - j, : reach - shift]
+        ways[1:, :reach] += added
+    return ways[k]
