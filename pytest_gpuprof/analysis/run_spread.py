@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,13 +81,7 @@ def paired_detectable_factor(n: int, confidence: float, power: float) -> float:
     def found(k: float) -> float:
         return float((outer * _ERFC(-(k * u[:, None] - t * u[None, :]) / math.sqrt(2))).sum() / 2)
 
-    lo, hi = 0.0, 1.0
-    while found(hi) < power:
-        hi *= 2
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if found(mid) < power else (lo, mid)
-    return (lo + hi) / 2
+    return _solve(found, power, 0.0, 1.0)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,14 +99,19 @@ def t_quantile(p: float, df: int, shift: float = 0.0) -> float:
     def cdf(x: float) -> float:
         return float((weights * _ERFC(-(x * u - shift) / math.sqrt(2))).sum() / 2)
 
-    lo, hi = -1.0, 1.0
-    while cdf(lo) > p:
+    return _solve(cdf, p, -1.0, 1.0)
+
+
+def _solve(rising: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    """The ``x`` at which the increasing ``rising`` reaches ``target``: the bracket
+    [``lo``, ``hi``] widened by doubling until it holds it, then 60 bisections."""
+    while lo < 0 and rising(lo) > target:
         lo *= 2
-    while cdf(hi) < p:
+    while rising(hi) < target:
         hi *= 2
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+        lo, hi = (mid, hi) if rising(mid) < target else (lo, mid)
     return (lo + hi) / 2
 
 
