@@ -22,6 +22,7 @@ from pytest_gpuprof.output.views import TestView
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.output.report import GpuRecord
+    from pytest_gpuprof.verdict.decision import RunGate
 
 # waits under this are the lock changing hands, not worth a line
 WAIT_NOTED_MS = 1.0
@@ -141,7 +142,7 @@ class Outputs:
         if gate is not None:
             self._gate_lines(tr, gate)
 
-    def _gate_lines(self, tr: Any, gate: Any) -> None:
+    def _gate_lines(self, tr: Any, gate: RunGate) -> None:
         """The gate's last lines: the headline (baseline, tests by decision), each undecided
         test with why and what would decide it, and the count beside pytest's own."""
         tr.write_line("")
@@ -237,7 +238,7 @@ class Outputs:
         gate = RunGate.of(tests)
         if gate is not None:
             report["gate"] = gate.to_dict()
-        run = Run(report, tests, merged, views)
+        run = Run(report, tests, merged, views, gate)
         ok = True
         for f, path in asked:
             try:
@@ -288,6 +289,7 @@ class Run:
     tests: list[dict[str, Any]]
     machine: dict[str, Any]
     views: Mapping[str, TestView]
+    gate: RunGate | None = None  # what the gate decided of the run, where a test was gated
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,11 +350,10 @@ def _page(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
 
 def _step_summary(run: Run) -> str:
     from pytest_gpuprof.output.report import markdown_summary
-    from pytest_gpuprof.verdict.decision import RunGate
 
     compare = [line for v in run.views.values() for line in v.compare]
     measured = [t for t in run.tests if "metrics" in t]
-    return markdown_summary(measured, run.machine, compare, waits(run.views), RunGate.of(run.tests))
+    return markdown_summary(measured, run.machine, compare, waits(run.views), run.gate)
 
 
 def _csv(run: Run) -> str:
