@@ -187,3 +187,15 @@ def test_an_error_inside_the_gate_fails_the_test_with_one_line_never_passes_it(n
     err = capsys.readouterr().err
     assert err.startswith("gpuprof compare: test_pipeline.py::test_noisy: the comparison with ")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_gpuprof_compare_counts_the_undecided_and_fails_them_when_told(noisy, monkeypatch, capsys):
+    from pytest_gpuprof import cli
+
+    _run(noisy, monkeypatch, 11.0)
+    capsys.readouterr()
+    assert cli.main(["compare", "main", "r.json", "--fail", "kernel_ms:+1%"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("test_pipeline.py::test_noisy: undecided: kernel_ms: moved 10.0x the threshold")
+    assert out[-1].startswith("gpuprof gate against 'main' (") and out[-1].endswith(": 1 undecided, 1 unchanged")
+    assert cli.main(["compare", "main", "r.json", "--fail", "kernel_ms:+1%", "--undecided", "fail"]) == 1
