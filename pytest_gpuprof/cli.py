@@ -180,6 +180,8 @@ def _prune(args: argparse.Namespace) -> int:
     store = Store(args.storage)
     machines = [store.machine(args.machine)] if args.machine else store.machines()
     removed = [key for m in machines for key in store.prune(m, args.keep, args.name)]
+    for key, why in store.doubtful.items():
+        print(f"gpuprof prune: warning: {store.where(key)} {why}", file=sys.stderr)
     for key in removed:
         damaged = store.damaged.get(key)
         print(f"removed {store.where(key)}" + (f" (damaged: {damaged})" if damaged else ""))

@@ -211,6 +211,7 @@ def skipped(store: storage_store.Store, summaries: Sequence[storage_store.Summar
     """What a history left out, a line each: the damaged records (``prune`` removes them)
     and the test entries with a field a figure cannot be read from."""
     lines = [f"skipped {store.where(key)}: {why} (gpuprof prune removes it)" for key, why in store.damaged.items()]
+    lines += [f"warning: {store.where(key)} {why}" for key, why in store.doubtful.items()]
     for s in summaries:
         lines += [
             f"skipped {store.where(s.key)}: test {nodeid}: {problem}"

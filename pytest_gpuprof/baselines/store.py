@@ -10,7 +10,11 @@ Under the store's root, a prefix per machine id::
 
 A save is one new object whose key no other writer can take (its time, run id and a
 random suffix), written whole or not at all; nothing is read, modified and written back.
-Order is the records' own ``created``. A pack holds the summaries (name, time, commit,
+Order is the store's own: when it wrote each record (the object's modification time, from
+its listing), never a date the record states; the record's ``created`` breaks a tie (an
+object store that dates to the second). A record that says it was created well after the
+store wrote it (a runner whose clock runs ahead, or a crafted file) is ordered by the
+store's time and named (``doubtful``). A pack holds the summaries (name, time, commit,
 run id, whether accepted, and each test's samples of the default metrics) of records
 already read, so listing and reading cost grows with one machine's baselines and mostly
 with the records saved since the last pack, not the whole store.
@@ -27,7 +31,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -177,9 +181,11 @@ class Summary:
     tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # nodeid: metric: samples
     problems: dict[str, str] = field(default_factory=dict)  # nodeid: why its entry is unusable
     damaged: str | None = None  # why the record cannot be read at all (``prune`` removes it)
+    stored: float | None = None  # when the store wrote it (seconds since the epoch), from its listing
 
-    def order(self) -> tuple[str, str]:
-        return (self.created, self.key)
+    def order(self) -> tuple[float, str, str]:
+        """The store's write order; the record's own date only breaks a tie."""
+        return (self.stored if self.stored is not None else _epoch(self.created), self.created, self.key)
 
     def as_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -246,6 +252,10 @@ class Store:
         self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
         # the records this store's readers skipped because they cannot be read: key, why
         self.damaged: dict[str, str] = {}
+        # when the store wrote each record listed (its order), and the records that date
+        # themselves well after it: key, why
+        self.written: dict[str, float] = {}
+        self.doubtful: dict[str, str] = {}
 
     # --- where things are
 
@@ -332,15 +342,18 @@ class Store:
 
     # --- reading
 
-    def _find(self, prefix: str, maxdepth: int | None = None) -> list[str]:
-        """The objects below ``prefix``. A folder that is not there holds none; an object
-        store's listing is asked as it is, so that a missing bucket or an endpoint that does
-        not answer is an error, not an empty store."""
+    def _find(self, prefix: str, maxdepth: int | None = None, detail: bool = False) -> Any:
+        """The objects below ``prefix`` (``detail``: by path, what the listing says of each).
+        A folder that is not there holds none; an object store's listing is asked as it is,
+        so that a missing bucket or an endpoint that does not answer is an error, not an
+        empty store."""
 
-        def find() -> list[str]:
+        def find() -> Any:
             self.fs.invalidate_cache()  # another runner may have saved since
             if self.local and not self.fs.isdir(prefix):
-                return []
+                return {} if detail else []
+            if detail:
+                return {str(p): info for p, info in self.fs.find(prefix, maxdepth=maxdepth, detail=True).items()}
             return [str(p) for p in self.fs.find(prefix, maxdepth=maxdepth)]
 
         return _within(self.deadline, find)
@@ -390,11 +403,17 @@ class Store:
         return machines[0]
 
     def _listing(self, machine: str) -> list[str]:
-        """The keys below one machine's prefix (records, legacy files and packs)."""
+        """The keys below one machine's prefix (records, legacy files and packs); when the
+        store wrote each is kept (``written``)."""
         prefix = self._path(machine)
         with self._failing(f"list {machine}/"):
-            found = self._find(prefix)
-        return sorted(f"{machine}/{p[len(prefix) + 1 :]}" for p in found if p.endswith(".json"))
+            found = self._find(prefix, detail=True)
+        keys = {}
+        for path, info in found.items():
+            if path.endswith(".json"):
+                keys[f"{machine}/{path[len(prefix) + 1 :]}"] = _written_at(info)
+        self.written.update({k: t for k, t in keys.items() if t is not None})
+        return sorted(keys)
 
     def read(self, key: str) -> dict[str, Any]:
         """One record, checked (``records.parse``)."""
@@ -461,7 +480,15 @@ class Store:
         self.damaged.update({s.key: s.damaged for s in known.values() if s.damaged})
         if len(loose) >= PACK_AT:
             self._pack(machine, known.values(), packs)
-        return sorted(known.values(), key=Summary.order)
+        dated = [replace(s, stored=self.written.get(s.key, s.stored)) for s in known.values()]
+        for s in dated:
+            ahead = _epoch(s.created) - (s.stored if s.stored is not None else _epoch(s.created))
+            if ahead > FUTURE_SLACK_S:
+                self.doubtful[s.key] = (
+                    f"says it was created {s.created[:19]}, {ahead / 3600:.1f} h after the store wrote it: "
+                    "ordered by when the store wrote it"
+                )
+        return sorted(dated, key=Summary.order)
 
     def _pack(self, machine: str, summaries: Iterable[Summary], old: list[str]) -> None:
         """One new pack of ``summaries``; the packs it covers removed. A store this runner
@@ -515,16 +542,19 @@ class Store:
             why += f", each test pooled over its {pooled} newest accepted baselines"
         if passed_over:
             why += f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}"
+        doubtful = [f"{key.rsplit('/', 1)[-1]} {text}" for key, text in self.doubtful.items()]
+        if doubtful:
+            why += f"; warning: {'; '.join(doubtful)}"
         return Reference(self, tuple(accepted), pooled, self.where(newest.key), why, newest)
 
     def reference_any_machine(self, wanted: str | None, pooled: int = 1) -> Reference:
         """``reference`` on the machine whose newest accepted baseline (of ``wanted``'s name)
         is the newest of the store's: after a driver update, the machine id changes."""
-        best: tuple[str, str] | None = None
+        best: tuple[tuple[float, str, str], str] | None = None
         for machine in self.machines():
             for s in self.summaries(machine):
-                if s.refused is None and (wanted is None or s.name == wanted) and (best is None or s.created > best[0]):
-                    best = (s.created, machine)
+                if s.refused is None and (wanted is None or s.name == wanted) and (best is None or s.order() > best[0]):
+                    best = (s.order(), machine)
         if best is None:
             what = f"named {wanted!r} " if wanted else ""
             raise NoBaseline(f"no accepted baseline {what}of any machine under {shown(self.url)}")
@@ -550,6 +580,34 @@ class Store:
         self._pack(machine, kept, packs)
         self._call(f"remove {len(removed)} record(s)", lambda: self.fs.rm([self._path(k) for k in removed]))
         return removed
+
+
+# how far a record's own date may run ahead of the store's before it is named: clocks of a
+# fleet's runners disagree by seconds, a runner's clock set a year ahead by far more
+FUTURE_SLACK_S = 300.0
+
+
+def _epoch(created: str) -> float:
+    """A record's ``created`` in seconds since the epoch (0 where it cannot be read)."""
+    try:
+        when = dt.datetime.fromisoformat(created)
+    except (TypeError, ValueError):
+        return 0.0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
+
+
+def _written_at(info: dict[str, Any]) -> float | None:
+    """When the store wrote an object, from its listing: a local file's ``mtime``, an
+    object store's ``LastModified``, the memory store's ``created``."""
+    for field_name in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(field_name)
+        if isinstance(value, dt.datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    return None
 
 
 def _timeouts(fs: Any) -> str:

@@ -195,11 +195,36 @@ def test_a_compare_pools_the_last_k_accepted_baselines(url):
     assert ref.entry("not-stored") is None
 
 
-def test_order_comes_from_created_not_from_the_order_of_saving(url):
+def _next_second(url):
+    """An object store dates its objects to the second: saves a second apart keep their order."""
+    if url.startswith("s3://"):
+        time.sleep(1.1)
+
+
+def test_order_is_the_stores_own_never_the_date_a_record_states(url, capsys):
+    """A record dated 2099 (a runner whose clock runs ahead, or a crafted file) once ruled
+    the history for good, and ``prune --keep 3`` kept it and deleted real records: the
+    store's write order decides, and the record is named in a warning."""
     store = Store(url)
     store.save(_report(_at(30), samples=(1.0, 1.0, 1.0)), "main")
-    store.save(_report(_at(10), samples=(2.0, 2.0, 2.0)), "main")  # saved later, created earlier
-    assert store.reference("host-aaa", "main").entry("t")[0]["metrics"]["wall_ms"] == 1.0
+    _next_second(url)
+    store.save(_report(_at(10), samples=(2.0, 2.0, 2.0)), "main")  # saved later, dated earlier
+    assert store.reference("host-aaa", "main").entry("t")[0]["metrics"]["wall_ms"] == 2.0
+    _next_second(url)
+    store.save(_report("2099-01-01T00:00:00+00:00", samples=(9.0, 9.0, 9.0)), "main")
+    for v in (3.0, 4.0, 5.0):
+        _next_second(url)
+        store.save(_report(_at(40), samples=(v, v, v)), "main")
+    reader = Store(url)
+    ref = reader.reference("host-aaa", "main")
+    assert ref.entry("t")[0]["metrics"]["wall_ms"] == 5.0
+    assert "warning: main@20990101T000000.000000Z@" in ref.why and "after the store wrote it" in ref.why
+    assert cli.main(["prune", "--keep", "3", "--storage", url, "--machine", "host-aaa"]) == 0
+    captured = capsys.readouterr()
+    assert "pruned 3 record(s)" in captured.out and "20990101" in captured.out  # the planted one went
+    assert "warning:" in captured.err and "20990101" in captured.err
+    kept = Store(url).summaries("host-aaa")
+    assert [s.tests["t"]["wall_ms"][0] for s in kept] == [3.0, 4.0, 5.0]
 
 
 def test_history_prune_and_export_read_the_same_store(url, capsys, tmp_path):
