@@ -41,6 +41,10 @@ Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]
 # the interval of an effect: 90%, so that each of its ends is a one-sided 95% bound
 CONFIDENCE = 0.95
+# with more pairs for the tests still unsure (--max-pairs), the 5% a regression may be
+# called wrongly is spent over two looks, at --pairs and at --max-pairs (Bonferroni: 4% and
+# 1%), so that it holds whatever the first look found; each look's one-sided level
+LOOKS = (0.96, 0.99)
 
 
 # why one pair decides nothing
@@ -158,22 +162,42 @@ def _difference(t: Threshold, path: str, base: dict[str, Any], current: dict[str
         if not f_base or not f_now:
             return None
         c = c * f_now / f_base
-    change = t.direction * (c - b)
+    if t.unit == "%":  # the log ratio: no upward bias under no change, a pair's two sides alike
+        return t.direction * math.log(c / b) if b > 0 and c > 0 else None
+    return t.direction * (c - b)
+
+
+def _limit(t: Threshold) -> float:
+    """The threshold in a pair difference's unit, worse positive: for ``%`` the log of the
+    ratio it allows (``+5%``: log 1.05; ``-5%``: -log 0.95)."""
     if t.unit == "%":
-        return change / abs(b) if b else None
-    return change
+        return math.log1p(t.amount / 100) if t.direction > 0 else -math.log1p(-t.amount / 100)
+    return t.amount / 100 if t.unit == "pt" else t.amount
 
 
-def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> Effect:
-    """The metric's effect over the pairs, and its verdict against ``t``."""
-    limit = t.amount / 100 if t.unit in ("%", "pt") else t.amount
+def _as_moved(t: Threshold, oriented: float) -> float:
+    """An oriented difference as the metric moved: for ``%`` the relative change."""
+    moved = t.direction * oriented
+    return math.expm1(moved) if t.unit == "%" else moved
+
+
+def effect(
+    nodeid: str,
+    path: str,
+    t: Threshold,
+    pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+    confidence: float = CONFIDENCE,
+) -> Effect:
+    """The metric's effect over the pairs, and its verdict against ``t``; ``confidence``:
+    the one-sided level of this look's interval ends (``LOOKS``)."""
+    limit = _limit(t)
     diffs = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=False)) is not None]
     if not diffs:
         return Effect(nodeid, path, t, 0, None, None, None, None, "missing")
     mean, n = statistics.fmean(diffs), len(diffs)
     if n < 2:  # no interval: nothing can be told from the runs' own spread
-        return Effect(nodeid, path, t, n, t.direction * mean, None, None, None, "unsure", ONE_PAIR)
-    t95 = t_quantile(CONFIDENCE, n - 1)
+        return Effect(nodeid, path, t, n, _as_moved(t, mean), None, None, None, "unsure", ONE_PAIR)
+    t95 = t_quantile(confidence, n - 1)
 
     def lower_bound(values: list[float]) -> float:  # the interval's low end, over the pairs
         return statistics.fmean(values) - t95 * statistics.stdev(values) / math.sqrt(n)
@@ -182,7 +206,7 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
     scale = pair_sd / math.sqrt(n)
     # a true change this far past the base is caught POWER of the time by pairs as many as
     # these, their sd as random as this one (``paired_detectable_factor``)
-    detectable = limit + paired_detectable_factor(n, CONFIDENCE, POWER) * scale
+    detectable = limit + paired_detectable_factor(n, confidence, POWER) * scale
     low, high = lower_bound(diffs), mean + t95 * scale
     verdict: Verdict
     if low > limit:
@@ -206,24 +230,46 @@ def effect(nodeid: str, path: str, t: Threshold, pairs: Sequence[tuple[dict[str,
                 verdict, note = "clock", "the SM clocks of the pairs explain it: in cycles, within the limit"
             else:
                 note = "a regression in cycles too"
-    if t.direction < 0:  # worse was down: the change as the metric moved
-        mean, low, high = -mean, -high, -low
-    return Effect(nodeid, path, t, n, mean, low, high, detectable, verdict, note)
+    # as the metric moved (worse was down: the ends swap), and the detectable change's size
+    ends = sorted((_as_moved(t, low), _as_moved(t, high)))
+    shown = abs(_as_moved(t, detectable))
+    return Effect(nodeid, path, t, n, _as_moved(t, mean), ends[0], ends[1], shown, verdict, note)
 
 
-def effects(runs: Runs, thresholds: Sequence[Threshold]) -> list[Effect]:
-    """Every test's effect for every threshold (``kernels`` for each kernel of the test)."""
+def effects(runs: Runs, thresholds: Sequence[Threshold], first: int | None = None) -> list[Effect]:
+    """Every test's effect for every threshold (``kernels`` for each kernel of the test).
+    ``first``: the pairs of the first of two looks (``LOOKS``): a test with more had its
+    second; ``None``: one look."""
     out = []
     for nodeid, pairs in sorted(runs.pairs.items()):
+        level = CONFIDENCE if first is None else LOOKS[0] if len(pairs) <= first else LOOKS[1]
         for t in thresholds:
             if t.metric != KERNELS:
-                out.append(effect(nodeid, t.metric, t, pairs))
+                out.append(effect(nodeid, t.metric, t, pairs, level))
                 continue
             names = {k for b, c in pairs for side in (b, c) for k in side.get("metrics", {}).get("kernel_totals") or {}}
             for name in sorted(names):
                 path = f"kernels.{name}.total_ms"
-                out.append(effect(nodeid, path, Threshold(path, t.direction, t.amount, t.unit, t.text), pairs))
+                each = Threshold(path, t.direction, t.amount, t.unit, t.text)
+                out.append(effect(nodeid, path, each, pairs, level))
     return out
+
+
+class Order:
+    """Which side starts each pair: balanced, each order once in every two pairs, the two
+    shuffled (seeded), so that whatever favours the first (or second) run of a pair falls on
+    both sides alike."""
+
+    def __init__(self, seed: int | None) -> None:
+        self._random = random.Random(seed)
+        self._queued: list[list[Side]] = []
+
+    def next(self) -> list[Side]:
+        if not self._queued:
+            block: list[list[Side]] = [["base", "current"], ["current", "base"]]
+            self._random.shuffle(block)
+            self._queued = block
+        return self._queued.pop(0)
 
 
 # --- running the two trees
@@ -512,37 +558,50 @@ def ab(
         say(f"gpuprof ab: --allow-dirty: head is the working tree, with uncommitted changes: {_listed(dirty)}")
     if max_pairs < 2:
         say(f"gpuprof ab: {ONE_PAIR}: this run can find no regression, every gated test ends undecided")
-    order = random.Random(seed)
+    order = Order(seed)
     runs = Runs()
     with worktree(ref, cwd) as (root, base, commit), tempfile.TemporaryDirectory(prefix="gpuprof-ab-") as scratch:
         relative = cwd.resolve().relative_to(root.resolve())
         trees: dict[Side, Path] = {"base": base, "current": root}
         made = 0
 
-        def pair(args: Sequence[str]) -> None:
+        def pair(alone: str | None) -> None:
             nonlocal made
             made += 1
-            sides: list[Side] = ["base", "current"]
-            order.shuffle(sides)
+            args = list(pytest_args)
+            if alone is not None:  # that test alone: every other one deselected
+                every = {*runs.pairs, *runs.outcomes["base"], *runs.outcomes["current"]}
+                args += [f"--deselect={n}" for n in sorted(every) if n != alone]
             reports = {}
-            for side in sides:
+            for side in order.next():
                 say(f"gpuprof ab: pair {made}, {side} ({trees[side]})")
                 reports[side] = run_pytest(trees[side], relative, args, Path(scratch, f"{made}-{side}.json"))
             runs.add(reports["base"], reports["current"])
 
-        for _ in range(pairs):
-            pair(pytest_args)
-
-        def unsure(nodeid: str) -> bool:
-            return any(e.verdict == "unsure" for e in effects(Runs({nodeid: runs.pairs[nodeid]}), gating or thresholds))
-
-        every = {*runs.pairs, *runs.outcomes["base"], *runs.outcomes["current"]}
-        for nodeid in sorted(runs.pairs):
-            others = [f"--deselect={n}" for n in sorted(every) if n != nodeid]  # that test alone
-            while len(runs.pairs[nodeid]) < max_pairs and unsure(nodeid):
-                pair([*pytest_args, *others])
+        final = in_looks(runs, pair, pairs, max_pairs, thresholds, gating)
     total = max((len(p) for p in runs.pairs.values()), default=0)
-    return Outcome(ref, commit, total, effects(runs, thresholds), gating, runs.outcomes, dirty)
+    return Outcome(ref, commit, total, final, gating, runs.outcomes, dirty)
+
+
+def in_looks(
+    runs: Runs,
+    pair: Callable[[str | None], None],
+    pairs: int,
+    max_pairs: int,
+    thresholds: Sequence[Threshold],
+    gating: Sequence[Threshold],
+) -> list[Effect]:
+    """``pairs`` pairs of every test (``pair(None)``), a first look; each test it left
+    unsure gets pairs of its own (``pair(nodeid)``) up to ``max_pairs``, with no look
+    between, and the second look (``LOOKS``). The effects at the end."""
+    for _ in range(pairs):
+        pair(None)
+    two = max_pairs > pairs
+    first = effects(runs, gating or thresholds, pairs if two else None)
+    for nodeid in sorted({e.nodeid for e in first if e.verdict == "unsure"}) if two else ():
+        while len(runs.pairs[nodeid]) < max_pairs:
+            pair(nodeid)
+    return effects(runs, thresholds, pairs if two else None)
 
 
 def report(outcome: Outcome, path: Path | None) -> None:
