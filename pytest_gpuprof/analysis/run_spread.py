@@ -115,6 +115,21 @@ def _solve(rising: Callable[[float], float], target: float, lo: float, hi: float
     return (lo + hi) / 2
 
 
+def t_tail(x: float, df: int) -> float:
+    """P(T > ``x``) for Student's t at ``df`` degrees of freedom (the same integral as
+    ``t_quantile``)."""
+    u, weights = _chi_grid(df)
+    return float((weights * _ERFC(x * u / math.sqrt(2))).sum() / 2)
+
+
+@functools.lru_cache(maxsize=256)
+def false_alarm_rate(runs: int) -> float:
+    """How often, on average over histories of ``runs`` normal runs, a new run of unchanged
+    code lies past the tolerance bound: P(t(runs - 1) > c / sqrt(1 + 1/runs)), ``c`` the
+    bound's factor (the bound alone; a threshold past it makes it rarer)."""
+    return t_tail(tolerance_factor(runs) / math.sqrt(1 + 1 / runs), runs - 1)
+
+
 def tolerance_factor(runs: int) -> float:
     """How many ``s`` above the mean of ``runs`` runs (``s`` of the same runs) a new run lies
     at most, but for ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories."""

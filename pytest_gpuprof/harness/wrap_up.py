@@ -149,6 +149,9 @@ class Outputs:
         for line in gate.undecided_lines():
             tr.write_line(f"gpuprof: {line}")
         tr.write_line(gate.headline())
+        suite = gate.suite_line()
+        if suite:
+            tr.write_line(suite)
         if gate.undecided:
             if self.settings.compare_undecided == "warn":
                 tr.write_line(

@@ -219,10 +219,13 @@ class RunGate:
     improvements: tuple[str, ...] = ()
     unchanged: int = 0
     new: tuple[str, ...] = ()
+    # each gated comparison's false-alarm rate, where the spread between runs is known
+    rates: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, tests: Iterable[Mapping[str, Any]]) -> RunGate | None:
         """``None`` where no test was gated."""
+        tests = list(tests)
         by: dict[str, list[Mapping[str, Any]]] = {}
         baseline = None
         for t in tests:
@@ -249,6 +252,21 @@ class RunGate:
             ids("improvement"),
             len(by.get("unchanged", ())),
             ids("new"),
+            tuple(rate for t in tests if isinstance(t.get("gate"), Mapping) for rate in _rates(t)),
+        )
+
+    def suite_line(self) -> str | None:
+        """What the run's gated comparisons add up to: how often an unchanged run fails one
+        of them, each at its spread's false-alarm rate, taken as independent (``None`` for
+        fewer than two)."""
+        if len(self.rates) < 2:
+            return None
+        unchanged = math.prod(1 - r for r in self.rates)
+        mean = sum(self.rates) / len(self.rates)
+        return (
+            f"gpuprof: {len(self.rates)} gated comparisons: an unchanged run fails one of them about "
+            f"{100 * (1 - unchanged):.0f}% of the time (about {100 * mean:.1f}% each, by their spread's bound, "
+            "taken as independent); confirm a regression with gpuprof ab"
         )
 
     def counts(self) -> str:
@@ -301,6 +319,20 @@ class RunGate:
             "unchanged": self.unchanged,
             "new": list(self.new),
         }
+
+
+def _rates(test: Mapping[str, Any]) -> list[float]:
+    """The false-alarm rate of each of the test's gated comparisons whose spread between
+    runs is known and not nil (``run_spread.false_alarm_rate``; runs that never differ, as
+    on a virtual clock, raise none)."""
+    from pytest_gpuprof.analysis.run_spread import false_alarm_rate
+
+    out = []
+    for c in test.get("comparisons") or ():
+        spread = c.get("between_runs")
+        if c.get("gates") and not c.get("inert") and isinstance(spread, Mapping) and (spread.get("sd") or 0) > 0:
+            out.append(false_alarm_rate(int(spread["runs"])))
+    return out
 
 
 def _baseline(record: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, Any]:
