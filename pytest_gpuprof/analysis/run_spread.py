@@ -148,7 +148,11 @@ class Spread:
     center: float | None = None
 
     @classmethod
-    def of(cls, medians: Sequence[float]) -> Spread:
+    def of(cls, medians: Sequence[float], exact: bool = False) -> Spread:
+        """``exact``: runs of unchanged code give the same figures by construction (the
+        host backend's virtual clock), so one run knows the spread: none."""
+        if exact and len(medians) == 1:
+            return cls(1, 0.0, medians[0])
         if len(medians) < 2:
             return cls(len(medians), None)
         return cls(len(medians), statistics.stdev(medians), statistics.fmean(medians))
@@ -158,7 +162,7 @@ class Spread:
         """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:
             return None
-        return tolerance_factor(self.runs) * self.sd
+        return tolerance_factor(self.runs) * self.sd if self.sd > 0 else 0.0
 
     @property
     def noise(self) -> float | None:
@@ -166,7 +170,7 @@ class Spread:
         time (the predictive quantile: the level itself is estimated from ``runs`` runs)."""
         if self.sd is None:
             return None
-        return t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs)
+        return t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs) if self.sd > 0 else 0.0
 
     @property
     def detectable(self) -> float | None:

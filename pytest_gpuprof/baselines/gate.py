@@ -29,6 +29,12 @@ from pytest_gpuprof.verdict.compare import (
     with_listed_kernels,
 )
 
+# what a comparison with a report's file says: one run holds no spread between runs
+FILE_NOTE = (
+    "a report's file is one run: the rounds decide alone, with no spread between runs to weigh them "
+    "(save runs to a store, or use gpuprof ab)"
+)
+
 # the machine fields a line names when two machines differ
 _MACHINE_FIELDS = ("gpu", "driver", "pcie", "backend", "clock")
 
@@ -91,6 +97,8 @@ class Gate:
         self.thresholds = with_listed_kernels(self.gating or parse_thresholds(DEFAULT_THRESHOLDS))
         self.chosen = chosen  # why this baseline: the summary's compare line says it
         self.note = note  # what qualifies every comparison (another machine's baseline)
+        # both runs on the host backend's virtual clock: a run's figures are its code's alone
+        self.exact = False
 
     @property
     def where(self) -> str:
@@ -144,7 +152,9 @@ class Gate:
             if reference.newest_record.get(k)
         )
         chosen = f"{reference.why}{'; ' + source if source else ''}"
-        return cls(reference, gating, chosen, note)
+        gate = cls(reference, gating, chosen, note)
+        gate.exact = theirs.get("clock") == "virtual" and machine.get("clock") == "virtual"
+        return gate
 
     def compare(self, nodeid: str, test: dict[str, Any], environment: dict[str, Any] | None = None) -> Comparison:
         """``test`` (its report entry) against its baseline entry; ``environment``: what else
@@ -164,8 +174,10 @@ class Gate:
                 why = f"{side}: {problem}: comparison not made"
                 return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
         try:
-            history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
-            changes = compare_tests(self.thresholds, base, test, history)
+            history = None  # a report's file: one run, the rounds alone (said in the note)
+            if self.reference.store is not None:
+                history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
+            changes = compare_tests(self.thresholds, base, test, history, self.exact)
         except (TypeError, ValueError, OverflowError, KeyError, AttributeError, ZeroDivisionError) as e:
             # fields ``entry_problem`` passed, so the comparison itself failed: an error of the
             # run that names the test and the cause, never a test passed as "not compared"
@@ -176,6 +188,8 @@ class Gate:
             return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why, error=True)
         moved = changed(dict(held.environment), environment or {})
         notes = [n for n in (self.note, clock_note(base, test)) if n]
+        if self.reference.store is None:
+            notes.append(FILE_NOTE)
         if moved:
             notes.append(f"the environment changed: {', '.join(moved)}")
         return Comparison(nodeid, "compared", tuple(changes), self.gating, held.record, "; ".join(notes) or None)

@@ -4,8 +4,8 @@ The run is the unit (``analysis.run_spread``): where the baseline's stored histo
 the spread between runs, a change counts as a regression only when it passes the threshold
 **and** the tolerance bound of that spread above the history's level, and the rounds make
 it clear too; a change beyond the threshold that the spread explains is ``inconclusive``.
-Where the spread is unknown (one baseline run), the rounds decide alone, and the line says
-so.
+Where the spread is unknown (one baseline run), no change is a regression: it is
+``inconclusive``, its test undecided, and the line says why.
 
 Over the rounds a change is clear when it is beyond the threshold and statistically
 clear: a one-sided Mann-Whitney U test of the current rounds, moved back
@@ -267,7 +267,9 @@ class Change:
             return ""
         if spread.sd is None:
             runs = f"{spread.runs} baseline run" if spread.runs == 1 else f"{spread.runs} baseline runs"
-            return f"; between-run spread unknown ({runs}): the rounds decide alone"
+            return f"; between-run spread unknown ({runs}): no regression can be told from one process's rounds"
+        if spread.runs == 1:  # ``Spread.of(exact=True)``: the virtual clock
+            return "; between runs none (the virtual clock: one code, one figure)"
         detectable = self.detectable or 0.0
         relative = (
             f" ({100 * detectable / abs(self.baseline):.1f}%)"
@@ -349,10 +351,16 @@ def assess(
     better_p = mann_whitney_greater([c + delta for c in cur], base)
     moved = sign * (cur_median - base_median)
 
-    # beyond what the spread between runs explains (where it is known): past the bound
-    # above (below) the level of the baseline's history
+    # beyond what the spread between runs explains: past the bound above (below) the level
+    # of the baseline's history. Asked of a history of one run, the spread is unknown and
+    # nothing is beyond it: one process's rounds are no evidence of a change between
+    # processes (a gate that let them decide failed 61% of histories twice in 20 unchanged
+    # runs, benchmarks/gate_sim.py); a comparison with no history asked (a report's file)
+    # has the rounds alone
     def beyond_runs(way: int) -> bool:
-        return spread is None or spread.beyond(cur_median, way * sign)
+        if spread is None:
+            return True
+        return spread.sd is not None and spread.beyond(cur_median, way * sign)
 
     finding: Finding
     if worse_p < ALPHA and moved > delta and beyond_runs(1):
@@ -373,15 +381,17 @@ def compare_tests(
     baseline_test: dict[str, Any],
     current_test: dict[str, Any],
     history: Sequence[dict[str, Any]] | None = None,
+    exact: bool = False,
 ) -> list[Change]:
     """Each threshold's change from ``baseline_test`` to ``current_test``. ``history``: the
     test's entries in the baseline's newest accepted runs (the spread between runs comes
-    from their medians; ``None``: not asked)."""
+    from their medians; ``None``: not asked); ``exact``: both sides ran on the host
+    backend's virtual clock, whose runs of one code give one figure (``Spread.of``)."""
 
     def spread(path: str) -> Spread | None:
         if history is None:
             return None
-        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None])
+        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None], exact)
 
     def judged(t: Threshold, before: list[float], now: list[float]) -> Change:
         change = assess(t, before, now, spread(t.metric))

@@ -86,6 +86,10 @@ def undecided_change(c: Change, names: Mapping[str, str] | None = None) -> Undec
         return Undecided(what, why, f"needs {need} or more rounds a side", moved)
     if c.finding == "inconclusive":
         size = f"moved {_times(moved)} the threshold {c.threshold.text}"
+        if c.spread is not None and c.spread.sd is None:
+            runs = "no saved run" if c.spread.runs == 0 else f"{c.spread.runs} saved run"
+            why = f"{size}, but the spread between runs is unknown ({runs}: one process's rounds are no evidence)"
+            return Undecided(what, why, "save 2 or more runs of the baseline, or use gpuprof ab", moved)
         if c.spread is not None and c.spread.sd is not None and not c.spread.beyond(c.current or 0.0, _sign(c)):
             return Undecided(what, f"{size}, within the spread between runs", _more(c), moved)
         return Undecided(what, f"{size}, not clear over the rounds (p={c.p_value:.3g})", _more_rounds(c), moved)

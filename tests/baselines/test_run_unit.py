@@ -56,22 +56,34 @@ def test_unchanged_runs_pass_and_a_ten_percent_slowdown_fails(pytester, monkeypa
     assert caught >= 9
 
 
-def test_the_rounds_alone_would_have_failed_unchanged_runs(pytester, monkeypatch):
-    """The check can fail: against a single saved run (spread unknown, the rounds decide
-    alone, as every comparison did before) the same unchanged runs fail far more often, and
-    each line says that the spread is unknown."""
+def test_one_saved_run_decides_no_regression_from_the_rounds_alone():
+    """Against a single saved run the spread between runs is unknown. The rounds alone once
+    decided there, and failed 61% of histories twice in 20 unchanged runs
+    (benchmarks/gate_sim.py); every change past the threshold is undecided now, and each line
+    says that the spread is unknown. Runs whose level moves within 3%, 9 rounds each
+    within 0.1%, through ``compare_tests`` as a store's gate calls it."""
+    from pytest_gpuprof.verdict.compare import Comparison, compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.decision import decision
+
     rng = random.Random(2026)
 
-    def levels():
-        return 1 + rng.uniform(-0.03, 0.03)
+    def run():
+        level = 4 * (1 + rng.uniform(-0.03, 0.03))
+        samples = [level * (1 + rng.gauss(0, 0.001)) for _ in range(9)]
+        return {
+            "nodeid": "t",
+            "metrics": {"kernel_ms": sorted(samples)[4]},
+            "rounds": {"kernel_ms": {"samples": samples}},
+        }
 
-    pytester.makepyfile(test_level=SUITE)
-    _run(pytester, monkeypatch, levels(), "--gpu-save=main").assert_outcomes(passed=1)
-    failed = 0
+    gating = tuple(parse_thresholds("kernel_ms:+2%"))
+    saved = run()
+    moved = 0
     for _ in range(20):
-        result = _run(pytester, monkeypatch, levels(), "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+2%")
-        failed += result.ret == pytest.ExitCode.TESTS_FAILED
-        result.stdout.fnmatch_lines(
-            ["*kernel_ms: *between-run spread unknown (1 baseline run): the rounds decide alone*"]
-        )
-    assert failed >= 3
+        (change,) = compare_tests(gating, saved, run(), [saved])
+        assert change.finding != "regression"
+        assert "between-run spread unknown (1 baseline run)" in change.describe()
+        if change.finding == "inconclusive":
+            moved += 1
+            assert decision(Comparison("t", "compared", (change,), gating))[0] == "undecided"
+    assert moved >= 3  # the rounds alone would have failed these

@@ -253,6 +253,7 @@ def test_history_prune_and_export_read_the_same_store(url, capsys, tmp_path):
 def test_compare_on_the_command_line_takes_a_name_of_the_store(url, tmp_path, capsys):
     store = Store(url)
     store.save(_report(_at(1), samples=(5.0,) * 5), "main")
+    store.save(_report(_at(2), samples=(5.0,) * 5), "main")  # two runs: the spread between them is known
     new = tmp_path / "new.json"
     new.write_text(json.dumps(_report(_at(2), samples=(9.0,) * 5)))
     assert cli.main(["compare", "main", str(new), "--storage", url, "--fail", "wall_ms:+10%"]) == 1

@@ -144,7 +144,7 @@ def test_each_output_names_the_baseline_record_and_shows_the_regression(suite, m
     # each line as the terminal gives it, the spread between runs included
     (gated,) = [line for line in page["test_omega"]["compare"] if line.startswith("kernel_ms: ")]
     assert f"    {gated}" in result.stdout.lines
-    assert "between-run spread unknown (1 baseline run): the rounds decide alone" in gated
+    assert "between runs none (the virtual clock: one code, one figure)" in gated
 
 
 def test_gpu_only_with_a_save_or_a_compare_is_refused(suite):
