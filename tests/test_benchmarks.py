@@ -99,3 +99,9 @@ def test_the_gate_and_parallel_benchmarks_judge_reports_they_are_given(tmp_path,
     run_benchmark("parallel", str(tmp_path / "serial.json"), str(tmp_path / "parallel.json"), monkeypatch=monkeypatch)
     out = capsys.readouterr().out
     assert "t.py::test_loop: passed->passed utilization 50.0% -> 50.0% (+0.00pt), waited 120 ms" in out
+
+
+def test_the_gate_simulation_runs_a_scenario_through_the_gate(monkeypatch, capsys):
+    run_benchmark("gate_sim", "--histories", "20", "--scenario", "one saved run, sd 1%", monkeypatch=monkeypatch)
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| one saved run")]
+    assert row.startswith("| one saved run, sd 1% | 0.00% | 0.0% |")  # never a regression from one run's rounds
