@@ -514,7 +514,10 @@ class Store:
         if not candidates:
             others = [m for m in self.machines() if m != machine]
             hint = ""
-            if others:
+            names = _names(everything)
+            if names:  # the names this machine has: the one meant is likely among them
+                hint = f"; this machine has {names}"
+            elif others:
                 hint = (
                     f"; baselines exist for machine ids {', '.join(others)} (--gpu-compare-any-machine compares "
                     "with the newest of them)"
@@ -608,6 +611,15 @@ def _written_at(info: dict[str, Any]) -> float | None:
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
     return None
+
+
+def _names(summaries: list[Summary]) -> str:
+    """The baseline names among ``summaries``, newest first, each with its newest run's date."""
+    newest: dict[str, str] = {}
+    for s in reversed(summaries):  # newest first
+        if not s.damaged:
+            newest.setdefault(s.name, s.created[:16].replace("T", " "))
+    return ", ".join(f"{name} (newest {when})" if when else name for name, when in newest.items())
 
 
 def _timeouts(fs: Any) -> str:
