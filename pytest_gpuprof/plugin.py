@@ -75,8 +75,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(option.flag, **option.argparse())
 
 
+# the oldest pytest the package declares (pyproject.toml) and is tested on (.ci/run)
+OLDEST_PYTEST = (8, 0)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    version = tuple(int(p) for p in pytest.__version__.split(".")[:2] if p.isdigit())
+    if version < OLDEST_PYTEST:
+        raise pytest.UsageError(
+            f"pytest-gpuprof needs pytest {'.'.join(map(str, OLDEST_PYTEST))} or newer; this is pytest "
+            f"{pytest.__version__}: pip install 'pytest>=8.0'"
+        )
     keys = ", ".join(f"{k}=..." for k in descriptors.limits("window", "memory"))  # the budget's keys
     config.addinivalue_line(
         "markers",

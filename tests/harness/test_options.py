@@ -117,3 +117,12 @@ def test_a_bad_step_summary_is_no_business_of_a_suite_that_does_not_use_the_plug
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.stdout.str().count("gpuprof: could not write the step summary") == 1
+
+
+def test_a_pytest_older_than_declared_is_one_line_and_exit_4(pytester, monkeypatch):
+    """pytest 7.4.4, forced into an environment, once ran the plugin without a word."""
+    monkeypatch.setattr(pytest, "__version__", "7.4.4")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*pytest-gpuprof needs pytest 8.0 or newer; this is pytest 7.4.4*"])
