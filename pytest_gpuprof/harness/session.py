@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness import items
 from pytest_gpuprof.harness.config import Settings
@@ -24,7 +23,7 @@ from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
 from pytest_gpuprof.harness.touch import PROFILER
 from pytest_gpuprof.harness.wrap_up import FILES, Outputs
-from pytest_gpuprof.output.text import failure_message
+from pytest_gpuprof.output.text import failure_message, human_bytes
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.budget import Budget
 
@@ -420,7 +419,7 @@ def _leaks(backend: backends.Backend, profiler: Profiler) -> list[str]:
     held = backend.memory_in_use() - profiler.memory_before
     leaks = list(profiler.leaks)
     if held > 0:
-        leaks.append(f"{held:,} bytes ({held / GIB:.3g} GiB) of device memory still held after the test")
+        leaks.append(f"{held:,} bytes ({human_bytes(held)}) of device memory still held after the test")
     return leaks
 
 

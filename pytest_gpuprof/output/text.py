@@ -251,6 +251,6 @@ def failure_message(
     if confirmations is not None:
         moved = [(name, s.bytes) for name, s in metrics.steps.items() if s.bytes]
         if moved:
-            lines.append("buffers: " + ", ".join(f"{name} {n:,} B ({n / GIB:.4g} GiB)" for name, n in moved))
+            lines.append("buffers: " + ", ".join(f"{name} {human_bytes(n)} ({n:,} B)" for name, n in moved))
         lines.append(f"(confirmed by {confirmations} more measurements)")
     return "\n  ".join(lines)
