@@ -6,7 +6,8 @@ gpuprof merge A B ... -o OUT
 gpuprof history [--storage URL] [--machine ID] [--test PATTERN] [--metric M] [-o FILE.html]
 gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
 gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
-gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] -- [PYTEST ARGS]
+gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] [--undecided warn|fail]
+           [--run-timeout SECONDS] [--allow-dirty] -- [PYTEST ARGS]
 
 A REPORT is a file or a store's URL (s3://bucket/prefix/MACHINE/...json); BASE may also be
 a baseline name of the store (NAME, NAME~K, latest).
@@ -348,13 +349,22 @@ def _add_ab(commands: Commands) -> None:
     p.add_argument(
         "--base", required=True, metavar="REF", help="the git revision to compare with (main, HEAD~1, a sha)"
     )
-    p.add_argument("--pairs", type=_positive, default=5, metavar="N", help="pairs of runs (default 5)")
     p.add_argument(
-        "--max-pairs", type=_positive, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
+        "--pairs", type=_pairs, default=5, metavar="N", help=f"pairs of runs (default 5, at most {MOST_PAIRS})"
+    )
+    p.add_argument(
+        "--max-pairs", type=_pairs, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
     )
     p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what fails: as --gpu-compare-fail")
     p.add_argument("--report", type=Path, default=None, metavar="FILE", help="the effects as JSON")
     p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair (reproducible runs)")
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="end a pytest run of a pair that takes longer, with one line naming the pair (default 1800)",
+    )
     p.add_argument(
         "--allow-dirty",
         action="store_true",
@@ -389,6 +399,7 @@ def _ab(args: argparse.Namespace) -> int:
         seed=args.seed,
         say=lambda line: print(line, file=sys.stderr),
         allow_dirty=args.allow_dirty,
+        run_timeout=args.run_timeout,
     )
     print("\n".join(outcome.lines()))
     try:
@@ -479,6 +490,17 @@ def _main(argv: Sequence[str] | None) -> int:
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)
         return 2
+
+
+# pairs of fresh processes, each two pytest runs: past this a run of ab is a mistake
+MOST_PAIRS = 1000
+
+
+def _pairs(text: str) -> int:
+    pairs = _positive(text)
+    if pairs > MOST_PAIRS:
+        raise argparse.ArgumentTypeError(f"{text}: at most {MOST_PAIRS} pairs")
+    return pairs
 
 
 def _positive(text: str) -> int:

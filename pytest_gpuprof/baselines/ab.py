@@ -334,17 +334,29 @@ def worktree(ref: str, cwd: Path) -> Iterator[tuple[Path, Path, str]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_pytest(tree: Path, relative: Path, args: Sequence[str], report: Path) -> dict[str, Any]:
+# how long one pytest run of a pair may take before it is ended (--run-timeout)
+RUN_TIMEOUT_S = 1800.0
+
+
+def run_pytest(
+    tree: Path, relative: Path, args: Sequence[str], report: Path, timeout: float = RUN_TIMEOUT_S
+) -> dict[str, Any]:
     """One fresh pytest process in ``tree`` (at the caller's folder within it), its code
     first on the path; its report. Failed tests are figures too; a run that ended without
-    a report (a usage error, a crash) is an error naming the tree."""
+    a report (a usage error, a crash) or ran past ``timeout`` seconds (ended then) is an
+    error naming the tree."""
     if not (tree / relative).is_dir():
         raise AbError(f"{relative} is not in {tree}: run gpuprof ab from a folder both revisions have")
     env = dict(os.environ)
     paths = [str(tree), *([str(tree / "src")] if (tree / "src").is_dir() else [])]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "pytest", *args, f"--gpu-report={report}"]
-    done = subprocess.run(command, cwd=tree / relative, env=env, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(
+            command, cwd=tree / relative, env=env, capture_output=True, text=True, check=False, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise AbError(f"pytest in {tree} ran past --run-timeout {timeout:g} s and was ended") from None
     if done.returncode not in (0, 1, 5) or not report.is_file():  # 5: nothing collected on that side
         tail = clean("\n".join((done.stdout + done.stderr).strip().splitlines()[-5:]))
         raise AbError(f"pytest in {tree} exited {done.returncode} without a report: {tail}")
@@ -539,6 +551,7 @@ def ab(
     cwd: Path | None = None,
     say: Callable[[str], None] = print,
     allow_dirty: bool = False,
+    run_timeout: float = RUN_TIMEOUT_S,
 ) -> Outcome:
     """Run ``pytest_args`` in ``pairs`` pairs of base and current runs; add pairs of each
     unsure test alone up to ``max_pairs``. Uncommitted changes are refused unless
@@ -575,7 +588,12 @@ def ab(
             reports = {}
             for side in order.next():
                 say(f"gpuprof ab: pair {made}, {side} ({trees[side]})")
-                reports[side] = run_pytest(trees[side], relative, args, Path(scratch, f"{made}-{side}.json"))
+                try:
+                    reports[side] = run_pytest(
+                        trees[side], relative, args, Path(scratch, f"{made}-{side}.json"), timeout=run_timeout
+                    )
+                except AbError as e:
+                    raise AbError(f"pair {made}, {SIDES[side]}: {e}") from None
             runs.add(reports["base"], reports["current"])
 
         final = in_looks(runs, pair, pairs, max_pairs, thresholds, gating)

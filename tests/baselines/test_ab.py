@@ -98,7 +98,7 @@ def test_an_unsure_test_gets_more_pairs_of_its_own(repo, monkeypatch, capsys, tm
     made = {"current": 0}
     asked = []
 
-    def run(tree, relative, args, report):
+    def run(tree, relative, args, report, timeout=None):
         asked.append(list(args))
         side = "base" if "gpuprof-ab-" in str(tree) else "current"
         slower = 1.0
@@ -254,7 +254,7 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_no_worktree(repo, monkeypatch, c
 
     made = []
 
-    def interrupted(tree, relative, args, report):
+    def interrupted(tree, relative, args, report, timeout=None):
         made.append(tree)
         raise KeyboardInterrupt
 
@@ -418,3 +418,20 @@ def test_the_extension_spends_its_error_over_its_two_looks():
         found = _simulated(lambda k, side, first, lv=levels: lv[2 * k + first], math.log(1.01), seed=seed)
         regressions += found.verdict == "regression"
     assert regressions / trials <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / trials)
+
+
+def test_a_pytest_run_that_hangs_ends_at_the_run_timeout_naming_its_pair(repo, capsys):
+    (repo / "test_hang.py").write_text("import time\n\ndef test_hangs():\n    time.sleep(60)\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "hangs")
+    assert cli.main(["ab", "--base", "main", "--pairs", "2", "--run-timeout", "2", "--", "test_hang.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("gpuprof ab: pair 1, ") and err.endswith("ran past --run-timeout 2 s and was ended")
+    assert len(_worktrees(repo)) == 1
+
+
+def test_pairs_are_bounded(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["ab", "--base", "main", "--pairs", "1000000", "--"])
+    assert done.value.code == 2
+    assert "--pairs: 1000000: at most 1000 pairs" in capsys.readouterr().err
