@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from plugin_runs import page_data_of
 
+from pytest_gpuprof.analysis.run_spread import Spread
+
 # every run's parameters come from params.json: the module itself never changes, so no
 # stale bytecode can stand in for it between runs
 SUITE = """
@@ -115,7 +117,11 @@ class Runs(RuleBasedStateMachine):
         self.pytester, self.monkeypatch = pytester, monkeypatch
         self.store = f"store{number}"  # each example its own store
         self.baseline: dict | None = None  # the report of the last run that became the baseline
+        self.history: list[dict] = []  # every run that became one, newest first: the spread between runs
         self.run = 0
+
+    def spread(self, name: str) -> Spread:
+        return _spread_of(self.history, name)
 
     @initialize()
     def suite(self) -> None:
@@ -187,10 +193,18 @@ class Runs(RuleBasedStateMachine):
                 )
             inert = False
             if name in base:
-                worse, inert = regressed(samples(base[name]), samples(tests[name]))
-                if worse:
+                before, now = samples(base[name]), samples(tests[name])
+                worse, inert = regressed(before, now)
+                spread = self.spread(name)
+                shift = 0.1 * statistics.median(before)
+                moved = abs(statistics.median(now) - statistics.median(before)) > shift
+                beyond = spread.beyond(statistics.median(now), 1)
+                blind = (spread.detectable or 0.0) > shift
+                if worse and beyond:
                     failed.add(name)
                     parts = [p for p in parts if p.startswith("FAIL")] + ["FAIL: regression kernel_ms"]
+                elif inert or moved or blind:  # undecided: the gate could not see its threshold
+                    parts = [p for p in parts if p.startswith("FAIL")] + ["warn: undecided kernel_ms"]
                 elif not parts:
                     parts.append("ok")
             want[name] = "; ".join([*(parts or ["-"]), *([f"gate inert: {GATE}"] if inert else [])])
@@ -233,6 +247,19 @@ class Runs(RuleBasedStateMachine):
         assert len(stored) == len(stored_before) + accepted
         if accepted:
             self.baseline = report
+            self.history.insert(0, report)
+
+
+def _spread_of(history: list[dict], name: str) -> Spread:
+    """The spread between the saved runs of ``name`` (up to 10, newest first), as a gate on
+    the virtual clock learns it: one code, one figure (``Spread.of(exact=True)``)."""
+    medians = [
+        statistics.median(samples(t))
+        for report in history[:10]
+        for t in report["tests"]
+        if t["nodeid"].split("::")[1] == name
+    ]
+    return Spread.of(medians, exact=True)
 
 
 def test_every_output_gives_the_oracles_verdict_over_sequences_of_runs(pytester, monkeypatch):
@@ -248,4 +275,41 @@ def test_every_output_gives_the_oracles_verdict_over_sequences_of_runs(pytester,
             database=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
+    )
+
+
+def test_an_inert_gate_on_a_failing_test_reads_undecided_in_every_output(pytester, monkeypatch):
+    """The sequence the oldest pytest's run drew: a gate that cannot fail a test whose own
+    code failed is undecided, beside its breach, in every output."""
+    runs = Runs(pytester, monkeypatch, 0)
+    runs.suite()
+    runs.a_run(
+        windows=[(True, True), (True, False)],
+        fails=False,
+        speed=2,
+        mode="deselect",
+        save=False,
+        compare=False,
+        flaky=False,
+    )
+    runs.a_run(
+        windows=[(True, True), (True, False)], fails=True, speed=2, mode="full", save=True, compare=True, flaky=False
+    )
+    runs.a_run(
+        windows=[(True, True), (False, True), (False, True)],
+        fails=False,
+        speed=2,
+        mode="full",
+        save=True,
+        compare=False,
+        flaky=False,
+    )
+    runs.a_run(
+        windows=[(True, False), (True, True), (True, False)],
+        fails=True,
+        speed=2,
+        mode="full",
+        save=False,
+        compare=True,
+        flaky=False,
     )
