@@ -278,38 +278,19 @@ def test_every_output_gives_the_oracles_verdict_over_sequences_of_runs(pytester,
     )
 
 
+# (windows, fails, mode, save, compare) of each run, at speed 2 and no flaky test
+DRAWN = [
+    ([(True, True), (True, False)], False, "deselect", False, False),
+    ([(True, True), (True, False)], True, "full", True, True),
+    ([(True, True), (False, True), (False, True)], False, "full", True, False),
+    ([(True, False), (True, True), (True, False)], True, "full", False, True),
+]
+
+
 def test_an_inert_gate_on_a_failing_test_reads_undecided_in_every_output(pytester, monkeypatch):
     """The sequence the oldest pytest's run drew: a gate that cannot fail a test whose own
     code failed is undecided, beside its breach, in every output."""
     runs = Runs(pytester, monkeypatch, 0)
     runs.suite()
-    runs.a_run(
-        windows=[(True, True), (True, False)],
-        fails=False,
-        speed=2,
-        mode="deselect",
-        save=False,
-        compare=False,
-        flaky=False,
-    )
-    runs.a_run(
-        windows=[(True, True), (True, False)], fails=True, speed=2, mode="full", save=True, compare=True, flaky=False
-    )
-    runs.a_run(
-        windows=[(True, True), (False, True), (False, True)],
-        fails=False,
-        speed=2,
-        mode="full",
-        save=True,
-        compare=False,
-        flaky=False,
-    )
-    runs.a_run(
-        windows=[(True, False), (True, True), (True, False)],
-        fails=True,
-        speed=2,
-        mode="full",
-        save=False,
-        compare=True,
-        flaky=False,
-    )
+    for windows, fails, mode, save, compare in DRAWN:
+        runs.a_run(windows=windows, fails=fails, speed=2, mode=mode, save=save, compare=compare, flaky=False)
