@@ -178,7 +178,7 @@ def test_a_leak_fails_the_test_and_names_it(pytester):
     )
     result = pytester.runpytest("--gpu-backend=host")
     result.assert_outcomes(passed=2, errors=1)
-    result.stdout.fnmatch_lines(["*GpuMemoryLeak: GPU memory leak: 1,048,576 bytes (0.000977 GiB) of device memory*"])
+    result.stdout.fnmatch_lines(["*GpuMemoryLeak: GPU memory leak: 1,048,576 bytes (1.0 MiB) of device memory*"])
     # one line: none of the plugin's own source before it
     result.stdout.no_fnmatch_line("*pytest_gpuprof/*.py:*")
     result.stdout.no_fnmatch_line("*raise GpuMemoryLeak*")
