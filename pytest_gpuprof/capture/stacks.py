@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import gc
 import os
 import signal
 import site
@@ -216,7 +217,7 @@ class StackSampler:
         """One sample of every thread but ``own`` and the plugin's, stamped with one time."""
         now = time.perf_counter_ns()
         taken = []
-        for ident, frame in sys._current_frames().items():
+        for ident, frame in _current_frames().items():
             if ident == own:
                 continue
             native = self._natives.get(ident, 0)
@@ -236,3 +237,18 @@ class StackSampler:
             self._natives.clear()
         self._natives[ident] = native
         return native
+
+
+def _current_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()``, with the collector held off where CPython needs it: before
+    3.12 a collection that starts while it holds the thread list's lock can free an object
+    that takes the lock again, and the process hangs with the GIL held (CPython gh-106883;
+    seen here as a CI suite that stopped at 91% for good). Only where the collector was on,
+    and back on whatever happens."""
+    if sys.version_info >= (3, 12) or not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()

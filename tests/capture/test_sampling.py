@@ -123,3 +123,25 @@ def test_a_place_is_the_users_frame_and_the_library_function_it_called(tmp_path)
         del sys.path[:2]
         for name in ("test_train", "loaderlib", "loaderlib.data", "loaderlib.wrap"):
             sys.modules.pop(name, None)
+
+
+def test_the_sampler_reads_the_threads_frames_with_the_collector_held_off(monkeypatch):
+    """Before CPython 3.12 a collection inside ``sys._current_frames()`` can hang the process
+    with the GIL held (gh-106883: a CI suite stopped at 91% for good); the sampler holds the
+    collector off for the call, and leaves it as it found it, on or off."""
+    import gc
+    import sys
+
+    from pytest_gpuprof.capture import stacks
+
+    seen = []
+    monkeypatch.setattr(sys, "_current_frames", lambda: seen.append(gc.isenabled()) or {})
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert stacks._current_frames() == {} and gc.isenabled()
+        gc.disable()
+        assert stacks._current_frames() == {} and not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == ([sys.version_info >= (3, 12), False])
