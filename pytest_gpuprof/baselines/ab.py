@@ -35,6 +35,7 @@ from pytest_gpuprof.analysis.run_spread import POWER, paired_detectable_factor, 
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
+from pytest_gpuprof.verdict.decision import MOST, Decision, ab_pairs_needed
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 Side = Literal["base", "current"]
@@ -219,8 +220,6 @@ def effect(
         verdict = "unsure"
     note = ""
     if verdict == "unsure":
-        from pytest_gpuprof.verdict.decision import MOST, ab_pairs_needed
-
         need = ab_pairs_needed(pair_sd, limit)
         note = f"needs about {need} pairs" if need <= MOST else f"needs more than {MOST} pairs"
     if verdict == "regression" and _kernel_metric(path):
@@ -363,7 +362,6 @@ def run_pytest(
     return load(report)
 
 
-Decision = Literal["regression", "undecided", "improvement", "unchanged"]
 SIDES: dict[Side, str] = {"base": "base", "current": "head"}
 
 
