@@ -30,6 +30,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,9 @@ COVERAGE = 0.975
 CONFIDENCE = 0.9
 # the power a stated smallest detectable change is found with
 POWER = 0.9
+# how often, at most, an unchanged run fails any of its gated comparisons, on average over
+# histories: a run of many comparisons holds each to its share (``bound_factor``)
+SUITE_RATE = 0.04
 
 _ERFC = np.vectorize(math.erfc, otypes=[float])
 
@@ -123,34 +127,76 @@ def t_tail(x: float, df: int) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def false_alarm_rate(runs: int) -> float:
+def false_alarm_rate(runs: int, factor: float | None = None, df: int | None = None) -> float:
     """How often, on average over histories of ``runs`` normal runs, a new run of unchanged
-    code lies past the tolerance bound: P(t(runs - 1) > c / sqrt(1 + 1/runs)), ``c`` the
-    bound's factor (the bound alone; a threshold past it makes it rarer)."""
-    return t_tail(tolerance_factor(runs) / math.sqrt(1 + 1 / runs), runs - 1)
+    code lies past a bound ``factor`` sds above their level (the tolerance factor where not
+    given): P(t(df) > factor / sqrt(1 + 1/runs)), ``df`` the sd's degrees of freedom
+    (``runs - 1`` where not given; the bound alone: a threshold past it makes it rarer)."""
+    df = runs - 1 if df is None else df
+    factor = tolerance_factor(runs, df) if factor is None else factor
+    return t_tail(factor / math.sqrt(1 + 1 / runs), df)
 
 
-def tolerance_factor(runs: int) -> float:
-    """How many ``s`` above the mean of ``runs`` runs (``s`` of the same runs) a new run lies
-    at most, but for ``1 - COVERAGE`` of the time, for ``CONFIDENCE`` of histories."""
+def tolerance_factor(runs: int, df: int | None = None) -> float:
+    """How many ``s`` above the mean of ``runs`` runs (``s`` with ``df`` degrees of freedom,
+    ``runs - 1`` where not given) a new run lies at most, but for ``1 - COVERAGE`` of the
+    time, for ``CONFIDENCE`` of histories."""
     z = statistics.NormalDist().inv_cdf(COVERAGE)
-    return t_quantile(CONFIDENCE, runs - 1, z * math.sqrt(runs)) / math.sqrt(runs)
+    return t_quantile(CONFIDENCE, runs - 1 if df is None else df, z * math.sqrt(runs)) / math.sqrt(runs)
+
+
+@functools.lru_cache(maxsize=1024)
+def bound_factor(runs: int, df: int, comparisons: int = 1) -> float:
+    """The factor of a bound: the tolerance factor (each history's own rate), or, where
+    one run makes ``comparisons`` gated comparisons, the prediction factor that holds the
+    chance that an unchanged run fails any of them to ``SUITE_RATE`` on average over
+    histories, if it is the larger: t(1 - q, df) * sqrt(1 + 1/runs), with
+    q = 1 - (1 - SUITE_RATE)^(1/comparisons) (independent comparisons)."""
+    factor = tolerance_factor(runs, df)
+    if comparisons <= 1:
+        return factor
+    each = 1 - (1 - SUITE_RATE) ** (1 / comparisons)
+    return max(factor, t_quantile(1 - each, df) * math.sqrt(1 + 1 / runs))
+
+
+@dataclass(frozen=True, slots=True)
+class Aside:
+    """A saved run the level was not learnt from: ``value``, ``at`` runs before the newest
+    (0: the newest), left out because it stood ``alone`` far from every other run, or
+    because it came before the level changed."""
+
+    value: float
+    at: int
+    alone: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Spread:
     """How far apart runs of unchanged code lie, for one metric of one test: ``sd`` of
     ``runs`` runs' medians around their mean ``center`` (``None`` with fewer than two:
-    unknown)."""
+    unknown). ``analysis.levels.learn`` fills the rest from an ordered history: ``df``,
+    the sd's degrees of freedom (``runs - 1`` where ``None``); ``comparisons``, how many
+    gated comparisons the run's bound shares ``SUITE_RATE`` with; ``aside``, the runs left
+    out of the level; ``drift``, the level's move a run where the history drifts (toward
+    newer runs); ``changed``, how many runs ago the level changed where too few runs hold
+    the new one (the history straddles it); ``reach``, the lowest and the highest of the
+    runs not left out."""
 
     runs: int
     sd: float | None
     center: float | None = None
+    df: int | None = None
+    comparisons: int = 1
+    aside: tuple[Aside, ...] = ()
+    drift: float | None = None
+    changed: int | None = None
+    reach: tuple[float, float] | None = None  # the lowest and highest run the level kept
 
     @classmethod
     def of(cls, medians: Sequence[float], exact: bool = False) -> Spread:
-        """``exact``: runs of unchanged code give the same figures by construction (the
-        host backend's virtual clock), so one run knows the spread: none."""
+        """The plain spread of ``medians``: their mean and sd. ``exact``: runs of unchanged
+        code give the same figures by construction (the host backend's virtual clock), so
+        one run knows the spread: none."""
         if exact and len(medians) == 1:
             return cls(1, 0.0, medians[0])
         if len(medians) < 2:
@@ -158,11 +204,32 @@ class Spread:
         return cls(len(medians), statistics.stdev(medians), statistics.fmean(medians))
 
     @property
+    def freedom(self) -> int:
+        return self.runs - 1 if self.df is None else self.df
+
+    @property
+    def factor(self) -> float | None:
+        """How many sds past ``center`` the bound lies (``bound_factor``)."""
+        if self.sd is None or self.freedom < 1:
+            return None
+        return bound_factor(self.runs, self.freedom, self.comparisons)
+
+    @property
     def bound(self) -> float | None:
         """How far above (or below) ``center`` a new run of unchanged code lies at most."""
         if self.sd is None:
             return None
-        return tolerance_factor(self.runs) * self.sd if self.sd > 0 else 0.0
+        if self.sd == 0 or self.factor is None:
+            return 0.0
+        return self.factor * self.sd
+
+    @property
+    def false_alarm(self) -> float | None:
+        """How often an unchanged run lies past the bound, on average over histories
+        (``false_alarm_rate``); ``None`` where the spread is unknown or nil."""
+        if not self.sd or self.factor is None:
+            return None
+        return false_alarm_rate(self.runs, self.factor, self.freedom)
 
     @property
     def noise(self) -> float | None:
@@ -170,7 +237,9 @@ class Spread:
         time (the predictive quantile: the level itself is estimated from ``runs`` runs)."""
         if self.sd is None:
             return None
-        return t_quantile(POWER, self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs) if self.sd > 0 else 0.0
+        if self.sd == 0 or self.freedom < 1:
+            return 0.0
+        return t_quantile(POWER, self.freedom) * self.sd * math.sqrt(1 + 1 / self.runs)
 
     @property
     def detectable(self) -> float | None:
@@ -198,11 +267,42 @@ class Spread:
             return True
         return sign * (value - self.center) > self.bound
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def explains(self, value: float, sign: int) -> str | None:
+        """Why ``value``, past the bound toward ``sign``, is still no regression the history
+        can tell, or ``None``: the history changed level too few runs ago to know the new
+        one; a run it left out lay where this one does; one of its runs lay as far (a level
+        it has held: a runner of two speeds, main before a change, a heavy tail); or it
+        drifts toward ``sign`` and the level it has reached by now explains ``value``."""
+        bound = self.bound or 0.0
+        if self.changed is not None:
+            return f"the history changed level {self.changed} saves ago: too few runs at the new level to judge"
+        for run in self.aside:
+            # a run's spread grows with its figure (a time twice as long moves twice as far)
+            near = bound * max(1.0, abs(run.value / self.center)) if self.center else bound
+            if abs(value - run.value) > near:
+                continue
+            if run.alone:
+                return f"a run {run.at} saves before the newest lay here ({run.value:.6g}) and nowhere near the others"
+            return f"the history held this figure before its level changed ({run.value:.6g}, {run.at} saves before the newest)"
+        if self.reach is not None and sign * (value - self.reach[1 if sign > 0 else 0]) <= 0:
+            return f"a saved run lay as far ({self.reach[1 if sign > 0 else 0]:.6g}): a figure its runner has reached"
+        if self.drift is not None and self.center is not None and sign * self.drift > 0:
+            reached = self.center + self.drift * (self.runs + 1) / 2
+            if sign * (value - reached) <= bound:
+                return f"the history drifts {self.drift:+.4g} a run: the level it has reached by now explains it"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "runs": self.runs,
             "sd": self.sd,
             "center": self.center,
             "bound": self.bound,
             "detectable": self.detectable,
+            "false_alarm": self.false_alarm,
+            **({"df": self.df} if self.df is not None else {}),
+            **({"aside": [{"value": a.value, "at": a.at, "alone": a.alone} for a in self.aside]} if self.aside else {}),
+            **({"drift": self.drift} if self.drift is not None else {}),
+            **({"changed": self.changed} if self.changed is not None else {}),
+            **({"reach": list(self.reach)} if self.reach is not None else {}),
         }

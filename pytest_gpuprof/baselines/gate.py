@@ -21,10 +21,12 @@ from pytest_gpuprof.baselines.records import BaselineError, entry_problem
 from pytest_gpuprof.baselines.reference import Reference
 from pytest_gpuprof.verdict.compare import (
     DEFAULT_THRESHOLDS,
+    Change,
     Comparison,
     Threshold,
     clock_note,
     compare_tests,
+    gated_comparisons,
     parse_thresholds,
     with_listed_kernels,
 )
@@ -85,6 +87,22 @@ def changed(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [f"{k} {before[k]} -> {now[k]}" for k in sorted(set(before) & set(now)) if before[k] != now[k]]
 
 
+def _left_out(changes: Sequence[Change], places: Sequence[str]) -> str | None:
+    """The saved runs the spread between runs left out because each stood alone, by where
+    they are stored: ``spread dominated by run KEY: left out of kernel_ms``."""
+    named: dict[str, list[str]] = {}
+    for c in changes:
+        for run in c.spread.aside if c.spread is not None else ():
+            if run.alone and run.at < len(places):
+                named.setdefault(places[run.at], []).append(c.label())
+    return (
+        "; ".join(
+            f"spread dominated by run {where}: left out of {', '.join(labels)}" for where, labels in named.items()
+        )
+        or None
+    )
+
+
 class Gate:
     """The baseline of one run (or one ``gpuprof compare``) and each test's comparison.
 
@@ -99,6 +117,17 @@ class Gate:
         self.note = note  # what qualifies every comparison (another machine's baseline)
         # both runs on the host backend's virtual clock: a run's figures are its code's alone
         self.exact = False
+        self._comparisons: int | None = None
+
+    @property
+    def comparisons(self) -> int:
+        """How many gated comparisons the baseline's newest record offers (all its tests, each
+        gated metric and kernel): their bounds share the run's error rate (``SUITE_RATE``),
+        whichever of them this run selects."""
+        if self._comparisons is None:
+            tests = self.reference.newest_record.get("tests") if self.reference.store is not None else None
+            self._comparisons = gated_comparisons(self.gating, tests if isinstance(tests, list) else ())
+        return self._comparisons
 
     @property
     def where(self) -> str:
@@ -175,9 +204,13 @@ class Gate:
                 return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why)
         try:
             history = None  # a report's file: one run, the rounds alone (said in the note)
+            places: list[str] = []
             if self.reference.store is not None:
-                history = [e for e in self.reference.history(nodeid, HISTORY_RUNS) if entry_problem(e) is None]
-            changes = compare_tests(self.thresholds, base, test, history, self.exact)
+                held_runs = [
+                    (w, e) for w, e in self.reference.history_of(nodeid, HISTORY_RUNS) if entry_problem(e) is None
+                ]
+                places, history = [w for w, _ in held_runs], [e for _, e in held_runs]
+            changes = compare_tests(self.thresholds, base, test, history, self.exact, self.comparisons)
         except (TypeError, ValueError, OverflowError, KeyError, AttributeError, ZeroDivisionError) as e:
             # fields ``entry_problem`` passed, so the comparison itself failed: an error of the
             # run that names the test and the cause, never a test passed as "not compared"
@@ -187,7 +220,7 @@ class Gate:
             )
             return Comparison(nodeid, "not compared", gating=self.gating, baseline=held.record, why_not=why, error=True)
         moved = changed(dict(held.environment), environment or {})
-        notes = [n for n in (self.note, clock_note(base, test)) if n]
+        notes = [n for n in (self.note, clock_note(base, test), _left_out(changes, places)) if n]
         if self.reference.store is None:
             notes.append(FILE_NOTE)
         if moved:

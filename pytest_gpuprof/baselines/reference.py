@@ -124,14 +124,18 @@ class Reference:
         """The test's entries in the newest ``runs`` accepted runs of the name of the record
         it is compared with (newest first): what the spread between runs is learnt from. A
         single report is one run."""
+        return [entry for _, entry in self.history_of(nodeid, runs)]
+
+    def history_of(self, nodeid: str, runs: int) -> list[tuple[str, dict[str, Any]]]:
+        """``history`` with each entry's location (a stored record's path or URL)."""
         if self.store is None:
             test = test_of(self._records[self.where], nodeid)
-            return [] if test is None else [test]
+            return [] if test is None else [(self.where, test)]
         holding = [s for s in self.accepted if nodeid in s.tests]
         if not holding:
             return []
         same = [s for s in holding if s.name == holding[0].name][:runs]
-        return [e for s in same if (e := test_of(self._record(s.key), nodeid)) is not None]
+        return [(self.store.where(s.key), e) for s in same if (e := test_of(self._record(s.key), nodeid)) is not None]
 
 
 def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import is_fraction
+from pytest_gpuprof.analysis.levels import learn
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
 from pytest_gpuprof.analysis.names import readable, short, short_names
 from pytest_gpuprof.analysis.run_spread import Spread
@@ -362,8 +363,12 @@ def assess(
             return True
         return spread.sd is not None and spread.beyond(cur_median, way * sign)
 
+    # past the bound, a figure the history itself explains (a level it held, a change too
+    # recent, a drift: ``analysis.levels``) is no regression it can tell
+    explained = spread is not None and spread.explains(cur_median, sign) is not None
+
     finding: Finding
-    if worse_p < ALPHA and moved > delta and beyond_runs(1):
+    if worse_p < ALPHA and moved > delta and beyond_runs(1) and not explained:
         finding, p = "regression", worse_p
     elif better_p < ALPHA and -moved > delta and beyond_runs(-1):
         finding, p = "improvement", better_p
@@ -382,16 +387,19 @@ def compare_tests(
     current_test: dict[str, Any],
     history: Sequence[dict[str, Any]] | None = None,
     exact: bool = False,
+    comparisons: int = 1,
 ) -> list[Change]:
     """Each threshold's change from ``baseline_test`` to ``current_test``. ``history``: the
     test's entries in the baseline's newest accepted runs (the spread between runs comes
     from their medians; ``None``: not asked); ``exact``: both sides ran on the host
-    backend's virtual clock, whose runs of one code give one figure (``Spread.of``)."""
+    backend's virtual clock, whose runs of one code give one figure (``Spread.of``);
+    ``comparisons``: how many gated comparisons the run makes, whose bounds share
+    ``SUITE_RATE`` (``analysis.levels.learn``)."""
 
     def spread(path: str) -> Spread | None:
         if history is None:
             return None
-        return Spread.of([m for e in history if (m := _median(samples_of(e, path))) is not None], exact)
+        return learn([m for e in history if (m := _median(samples_of(e, path))) is not None], exact, comparisons)
 
     def judged(t: Threshold, before: list[float], now: list[float]) -> Change:
         change = assess(t, before, now, spread(t.metric))
@@ -462,6 +470,26 @@ def _runner_probes(change: Change, baseline_test: dict[str, Any], current_test: 
 def _bits(test: dict[str, Any], path: str) -> int | None:
     value = value_at(test.get("metrics", {}), path)
     return None if value is None else int(value)
+
+
+def gated_comparisons(gating: Sequence[Threshold], tests: Iterable[dict[str, Any]]) -> int:
+    """How many comparisons ``gating`` makes over a baseline's ``tests``: one a metric, one
+    a kernel over ``KERNEL_FLOOR`` under ``kernels:+N%``; the number whose bounds share
+    ``SUITE_RATE`` (at least 1)."""
+    count = 0
+    for test in tests:
+        if not isinstance(test, dict) or not isinstance(test.get("metrics"), dict):
+            continue
+        floor = KERNEL_FLOOR * max(value_at(test["metrics"], "kernel_ms") or 0.0, 0.0)
+        for t in gating:
+            if t.metric != KERNELS:
+                count += samples_of(test, t.metric) != []
+                continue
+            count += sum(
+                (_median(samples_of(test, path)) or 0.0) >= floor and bool(samples_of(test, path))
+                for path in _kernel_paths(test)
+            )
+    return max(count, 1)
 
 
 def _kernel_paths(*tests: dict[str, Any]) -> list[str]:

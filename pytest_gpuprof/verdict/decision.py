@@ -90,8 +90,13 @@ def undecided_change(c: Change, names: Mapping[str, str] | None = None) -> Undec
             runs = "no saved run" if c.spread.runs == 0 else f"{c.spread.runs} saved run"
             why = f"{size}, but the spread between runs is unknown ({runs}: one process's rounds are no evidence)"
             return Undecided(what, why, "save 2 or more runs of the baseline, or use gpuprof ab", moved)
+        if c.spread is not None and c.spread.changed is not None:
+            return Undecided(what, f"{size}, but {c.spread.explains(c.current or 0.0, _sign(c))}", _more(c), moved)
         if c.spread is not None and c.spread.sd is not None and not c.spread.beyond(c.current or 0.0, _sign(c)):
             return Undecided(what, f"{size}, within the spread between runs", _more(c), moved)
+        held = c.spread.explains(c.current or 0.0, _sign(c)) if c.spread is not None else None
+        if held is not None:
+            return Undecided(what, f"{size}, but {held}", _more(c), moved)
         return Undecided(what, f"{size}, not clear over the rounds (p={c.p_value:.3g})", _more_rounds(c), moved)
     if c.blind:
         detectable = c.detectable
@@ -335,7 +340,8 @@ def _rates(test: Mapping[str, Any]) -> list[float]:
     for c in test.get("comparisons") or ():
         spread = c.get("between_runs")
         if c.get("gates") and not c.get("inert") and isinstance(spread, Mapping) and (spread.get("sd") or 0) > 0:
-            out.append(false_alarm_rate(int(spread["runs"])))
+            rate = spread.get("false_alarm")
+            out.append(float(rate) if isinstance(rate, float) else false_alarm_rate(int(spread["runs"])))
     return out
 
 

@@ -82,8 +82,10 @@ def test_the_old_figure_of_the_issue_is_gone():
 def test_the_stated_suite_rate_matches_what_unchanged_suites_do():
     """Twenty gated tests, each at sd 1% between runs and independent, 10 saved runs each:
     how often an unchanged run fails one of them (100 histories x 20 runs, seeded, through
-    ``compare_tests``) against the line's ``1 - (1 - rate)^20`` (``RunGate.suite_line``).
-    Measured 17.4% against 16.9% stated (2,000 runs; docs/gates.md)."""
+    ``compare_tests`` as ``Gate.compare`` calls it, its bounds sharing ``SUITE_RATE`` over
+    the 20 comparisons) against the line's ``1 - (1 - rate)^20`` (``RunGate.suite_line``):
+    at most 5%, and within 2 points of what is stated (docs/gates.md). Before the bounds
+    shared the rate, 17.4% failed."""
     from pytest_gpuprof.verdict.decision import RunGate
 
     rng = np.random.default_rng(1)
@@ -95,7 +97,9 @@ def test_the_stated_suite_rate_matches_what_unchanged_suites_do():
         saved = [[_entry(100 * (1 + rng.normal(0, 0.01)), rng) for _ in range(RUNS)] for _ in range(gated)]
         for _ in range(runs):
             changes = [
-                compare_tests([threshold], history[0], _entry(100 * (1 + rng.normal(0, 0.01)), rng), history)[0]
+                compare_tests(
+                    [threshold], history[0], _entry(100 * (1 + rng.normal(0, 0.01)), rng), history, comparisons=gated
+                )[0]
                 for history in saved
             ]
             failed += any(c.finding == "regression" for c in changes)
@@ -113,4 +117,4 @@ def test_the_stated_suite_rate_matches_what_unchanged_suites_do():
                 stated = 1 - math.prod(1 - r for r in gate.rates)
                 assert f"about {100 * stated:.0f}% of the time" in (gate.suite_line() or "")
     measured = failed / (histories * runs)
-    assert stated is not None and abs(measured - stated) <= 0.03, (measured, stated)
+    assert stated is not None and measured <= 0.05 and abs(measured - stated) <= 0.02, (measured, stated)
