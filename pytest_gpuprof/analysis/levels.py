@@ -6,8 +6,9 @@ break that three ways (docs/gates.md, "On the runners teams have"):
 
 - **one run far from all the others** (a hiccup, a bad commit reverted): it would rule the
   mean and the sd for as long as it is in the history. A run that alone lies further from
-  the others' mean than unchanged runs ever do (``ALONE``) is left
-  out of the level, and a new run where it lay is no regression the history can tell;
+  the others' mean than unchanged runs ever do (``ALONE``) counts as if it lay at that
+  edge (its influence bounded: it still widens the spread, as a heavy tail should), and a
+  new run where it lay is no regression the history can tell;
 - **a change of level** (a merge that moved main, a runner that switched speed): the newest
   runs after the largest clear shift (``SHIFT``) are the level,
   their spread pooled with that of the runs before; with fewer than ``LEVEL_RUNS`` of them
@@ -56,10 +57,10 @@ def learn(medians: Sequence[float], exact: bool = False, comparisons: int = 1) -
     at = list(range(n))
     aside: list[Aside] = []
     alone = _alone(runs)
+    kept = runs.copy()
     if alone is not None:
         aside.append(Aside(float(runs[alone]), alone, True))
-        at.remove(alone)
-    kept = runs[at]
+        kept[alone] = _bounded(runs, alone)
     split = _shift(kept)
     reach = (float(kept.min()), float(kept.max()))
     drift = _drift(kept, np.asarray(at, dtype=float))
@@ -78,6 +79,16 @@ def learn(medians: Sequence[float], exact: bool = False, comparisons: int = 1) -
     return Spread(
         len(kept), float(np.std(kept, ddof=1)), float(kept.mean()), df, comparisons, tuple(aside), drift, reach=reach
     )
+
+
+def _bounded(runs: np.ndarray, alone: int) -> float:
+    """The run ``alone`` brought back to the edge of what a run beside the others can be
+    (``ALONE`` of their sd from their mean): it still widens the spread, as a heavy tail
+    should, but by a bounded amount, however far it lay."""
+    others = np.delete(runs, alone)
+    limit = ALONE.get(len(runs), ALONE[max(ALONE)]) * float(np.std(others, ddof=1))
+    center = float(others.mean())
+    return float(np.clip(runs[alone], center - limit, center + limit))
 
 
 def _alone(runs: np.ndarray) -> int | None:

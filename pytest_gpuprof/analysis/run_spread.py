@@ -275,7 +275,10 @@ class Spread:
         drifts toward ``sign`` and the level it has reached by now explains ``value``."""
         bound = self.bound or 0.0
         if self.changed is not None:
-            return f"the history changed level {self.changed} saves ago: too few runs at the new level to judge"
+            edge = self.reach[1 if sign > 0 else 0] if self.reach is not None else self.center or 0.0
+            if sign * (value - edge) <= bound:  # past every level it held, a change is clear
+                return f"the history changed level {self.changed} saves ago: too few runs at the new level to judge"
+            return None
         for run in self.aside:
             # a run's spread grows with its figure (a time twice as long moves twice as far)
             near = bound * max(1.0, abs(run.value / self.center)) if self.center else bound

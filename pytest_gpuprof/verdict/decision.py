@@ -90,7 +90,7 @@ def undecided_change(c: Change, names: Mapping[str, str] | None = None) -> Undec
             runs = "no saved run" if c.spread.runs == 0 else f"{c.spread.runs} saved run"
             why = f"{size}, but the spread between runs is unknown ({runs}: one process's rounds are no evidence)"
             return Undecided(what, why, "save 2 or more runs of the baseline, or use gpuprof ab", moved)
-        if c.spread is not None and c.spread.changed is not None:
+        if c.spread is not None and c.spread.changed is not None and c.spread.explains(c.current or 0.0, _sign(c)):
             return Undecided(what, f"{size}, but {c.spread.explains(c.current or 0.0, _sign(c))}", _more(c), moved)
         if c.spread is not None and c.spread.sd is not None and not c.spread.beyond(c.current or 0.0, _sign(c)):
             return Undecided(what, f"{size}, within the spread between runs", _more(c), moved)

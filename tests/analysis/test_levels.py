@@ -68,7 +68,11 @@ def test_the_statistics_match_their_loops(drawn):
 
 def _entry(level, rng):
     samples = list(level * (1 + rng.normal(0, 0.001, 9)))
-    return {"nodeid": "t", "metrics": {"kernel_ms": float(np.median(samples))}, "rounds": {"kernel_ms": {"samples": samples}}}
+    return {
+        "nodeid": "t",
+        "metrics": {"kernel_ms": float(np.median(samples))},
+        "rounds": {"kernel_ms": {"samples": samples}},
+    }
 
 
 def _decide(history, level, rng):
@@ -155,3 +159,12 @@ def test_unchanged_pull_requests_rarely_fail_twice(runner):
             history = [_entry(10 * runner(rng, k), rng), *history][:10]
         twice += alarms >= 2
     assert twice / 200 <= 0.05
+
+
+def test_a_run_past_every_level_a_straddled_history_held_is_a_regression():
+    rng = np.random.default_rng(8)
+    history = [_entry(9 * (1 + rng.normal(0, 0.01)), rng) for _ in range(2)]
+    history += [_entry(10 * (1 + rng.normal(0, 0.01)), rng) for _ in range(8)]
+    change, decided = _decide(history, 15.0, rng)
+    assert change.spread is not None and change.spread.changed == 2
+    assert decided == "regression", change.describe()
