@@ -35,17 +35,18 @@ from pytest_gpuprof.analysis.run_spread import POWER, paired_detectable_factor, 
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
-from pytest_gpuprof.verdict.decision import MOST, Decision, ab_pairs_needed
+from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, Decision, ab_pairs_needed
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]
-# the interval of an effect: 90%, so that each of its ends is a one-sided 95% bound
-CONFIDENCE = 0.95
-# with more pairs for the tests still unsure (--max-pairs), the 5% a regression may be
-# called wrongly is spent over two looks, at --pairs and at --max-pairs (Bonferroni: 4% and
-# 1%), so that it holds whatever the first look found; each look's one-sided level
-LOOKS = (0.96, 0.99)
+# the interval of an effect: 96%, so that each of its ends is a one-sided 98% bound: a
+# regression called wrongly 2% of the time at most, at a true change equal to the limit
+CONFIDENCE = AB_CONFIDENCE
+# with more pairs for the tests still unsure (--max-pairs), those 2% are spent over two
+# looks, at --pairs and at --max-pairs (Bonferroni: 1.5% and 0.5%), so that they hold
+# whatever the first look found; each look's one-sided level
+LOOKS = (0.985, 0.995)
 
 
 # why one pair decides nothing

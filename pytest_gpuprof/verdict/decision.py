@@ -28,8 +28,9 @@ from pytest_gpuprof.analysis.run_spread import POWER, tolerance_factor
 from pytest_gpuprof.verdict.compare import Change, Comparison, kernel_names, rounds_needed
 
 Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
-# ``gpuprof ab``'s interval: 90%, each end a one-sided 95% bound (``baselines.ab``)
-AB_CONFIDENCE = 0.95
+# ``gpuprof ab``'s interval of one look: 96%, each end a one-sided 98% bound, so that no
+# change is called a regression 2% of the time at most (``baselines.ab``)
+AB_CONFIDENCE = 0.98
 # the most pairs or saved runs a line suggests: past it, "more than" that
 MOST = 200
 
