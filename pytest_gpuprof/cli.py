@@ -343,7 +343,7 @@ def _add_ab(commands: Commands) -> None:
         help="run the base revision and this tree in turns; exit 1 on a clear regression",
         description="check out REF in a temporary git worktree and run the same pytest arguments in it and in "
         "this tree in turns (pairs of fresh processes on one runner, the side that starts each pair random); "
-        "compare each test's runs pair by pair and print each effect with its 90% interval and the smallest "
+        "compare each test's runs pair by pair and print each effect with its 96% interval and the smallest "
         "detectable change; exit 1 on a clear regression under --fail, 0 otherwise, 2 on an error",
     )
     p.add_argument(

@@ -5,7 +5,7 @@ not this one's. An A/B run takes the runner out of the comparison. It checks REF
 temporary git worktree and runs the same pytest arguments in the base tree and in the
 current one, in pairs (each run a fresh process on the same GPU, the side that starts a pair
 random), and compares each test's runs pair by pair: the effect of a metric is the mean of
-the pairs' differences (relative for ``%`` thresholds), its interval the 90% interval of
+the pairs' differences (relative for ``%`` thresholds), its interval the 96% interval of
 that mean (Student's t over the pairs), and a regression is an interval wholly beyond the
 threshold. What moves both sides of a pair (a slow runner, a warm cache) cancels. A test
 whose interval holds its threshold gets more pairs of its own, up to ``--max-pairs``.
@@ -522,7 +522,7 @@ class Outcome:
                 "",
                 *(f"- {line.strip()}" for line in self.lines()[1 + len(self.effects) : -1]),
                 "",
-                "| test | metric | effect | 90% interval | pairs | verdict |",
+                "| test | metric | effect | 96% interval | pairs | verdict |",
                 "|---|---|---|---|---|---|",
                 *rows,
                 "",

@@ -172,7 +172,7 @@ def _threshold_seen(c: Change) -> str | None:
 
 
 def ab_pairs_needed(pair_sd: float, allowed: float) -> int:
-    """The fewest pairs whose 90% interval, at a pair's spread ``pair_sd``, catches a true
+    """The fewest pairs whose 96% interval, at a pair's spread ``pair_sd``, catches a true
     change of twice the threshold ``POWER`` of the time: its detectable distance past the
     threshold no wider than the threshold itself (``baselines.ab``'s rule); ``MOST + 1``
     where none up to ``MOST`` does."""
