@@ -22,13 +22,15 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from pytest_gpuprof.verdict.compare import Comparison, compare_tests, parse_thresholds
+from pytest_gpuprof.verdict.compare import Comparison, compare_tests, confirmed, parse_thresholds
 from pytest_gpuprof.verdict.decision import decision
 
 GATE = "kernel_ms:+1%"
 SAVED = 10
 PRS = 20
 SLOWER = (0.01, 0.03, 0.05, 0.10, 0.50)
+# fresh runs a regression is put to (--gpu-compare-confirm; its default)
+CONFIRM = 1
 
 
 def normal(sd: float) -> Callable[[np.random.Generator], Iterator[float]]:
@@ -101,10 +103,18 @@ def entry(level: float, rng: np.random.Generator) -> dict[str, object]:
     }
 
 
-def decided(history: list[dict[str, object]], new: dict[str, object]) -> str:
+def decided(history: list[dict[str, object]], new: dict[str, object], fresh: Callable[[], dict[str, object]]) -> str:
+    """The gate's decision, a regression put to ``CONFIRM`` fresh runs (``fresh()``: the
+    runner's next run) as ``--gpu-compare-confirm`` does (``verdict.compare.confirmed``)."""
     gating = tuple(parse_thresholds(GATE))
-    changes = compare_tests(gating, history[0], new, history)
-    return decision(Comparison("t", "compared", tuple(changes), gating))[0]
+
+    def compared(entry: dict[str, object]) -> Comparison:
+        return Comparison("t", "compared", tuple(compare_tests(gating, history[0], entry, history)), gating)
+
+    comparison = compared(new)
+    if CONFIRM and decision(comparison)[0] == "regression":
+        comparison = confirmed(comparison, [compared(fresh()) for _ in range(CONFIRM)])
+    return decision(comparison)[0]
 
 
 def scenario(name: str, histories: int, rng: np.random.Generator) -> str:
@@ -117,12 +127,20 @@ def scenario(name: str, histories: int, rng: np.random.Generator) -> str:
         levels = runner(rng)
         history = [entry(next(levels), rng) for _ in range(saved)][::-1]  # newest first
         for slower in SLOWER:  # against the history as it stands: right after its events
-            verdict = decided(history, entry(next(levels) * (1 + slower), rng))
+
+            def slower_run(lv: Iterator[float] = levels, times: float = 1 + slower) -> dict[str, object]:
+                return entry(next(lv) * times, rng)
+
+            verdict = decided(history, slower_run(), slower_run)
             found[slower] += verdict == "regression"
             unsure[slower] += verdict == "undecided"
         alarms = 0
         for _ in range(PRS):
-            verdict = decided(history, entry(next(levels), rng))
+
+            def run(lv: Iterator[float] = levels) -> dict[str, object]:
+                return entry(next(lv), rng)
+
+            verdict = decided(history, run(), run)
             alarms += verdict == "regression"
             undecided += verdict == "undecided"
             if saved > 1:  # main merges and saves between pull requests, on the same runner
@@ -141,9 +159,12 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--confirm", type=int, default=1, help="fresh runs a regression is put to (0: none)")
     args = parser.parse_args()
+    global CONFIRM
+    CONFIRM = args.confirm
     print(
-        f"gate {GATE}, {SAVED} saved runs (one where the scenario says), {PRS} unchanged PRs a history, "
+        f"gate {GATE}, confirmed by {CONFIRM} fresh runs, {SAVED} saved runs (one where the scenario says), {PRS} unchanged PRs a history, "
         f"{args.histories} histories, seed {args.seed}"
     )
     print(

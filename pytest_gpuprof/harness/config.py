@@ -7,6 +7,7 @@ where it came from, which the plugin turns into a pytest usage error (exit code 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ from pytest_gpuprof.harness.checks import (
     summary_rows,
 )
 from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.harness.reruns import CONFIRMING
 from pytest_gpuprof.harness.touch import find_pyproject
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 
@@ -78,6 +80,8 @@ class Settings:
     compare_any_machine: bool = False
     # an undecided gated test: warned and counted, or failed (GPU UNDECIDED)
     compare_undecided: str = DEFAULT["--gpu-compare-undecided"]
+    # fresh runs that must repeat a regression before it fails its test (harness.reruns)
+    compare_confirm: int = int(DEFAULT["--gpu-compare-confirm"])
     storage: str = DEFAULT["--gpu-storage"]  # a folder or a URL (baselines.store)
     run_id: str | None = None  # the run a save belongs to (its shards share it)
     # a --gpu-* option or a [tool.gpuprof] table: start the backend with the session
@@ -126,7 +130,7 @@ class Settings:
         # the host clock alone starts nothing: it says how to run once something starts
         given = any(opt(o.flag) not in (None, False) for o in TABLE if o.flag != "--gpu-host-clock")
         disabled = bool(opt("--gpu-disable"))
-        return cls(
+        settings = cls(
             backend=pick("--gpu-backend"),
             host_clock=pick("--gpu-host-clock"),
             device=pick("--gpu-device"),
@@ -149,6 +153,7 @@ class Settings:
             compare_given=compare is not None,
             compare_any_machine=opt("--gpu-compare-any-machine"),
             compare_undecided=pick("--gpu-compare-undecided"),
+            compare_confirm=int(pick("--gpu-compare-confirm")),
             storage=storage,
             run_id=run_id,
             summary_rows=summary_rows(pick("--gpu-summary")),
@@ -167,6 +172,11 @@ class Settings:
             memory_top=int(pick("--gpu-memory-top")),
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
+        if os.environ.get(CONFIRMING):  # a fresh run confirming a regression: its report alone
+            return dataclasses.replace(
+                settings, save=None, compare=None, compare_fail=(), compare_given=False, trace=None, html=None, csv=None
+            )
+        return settings
 
 
 # what each of --gpu-disable and --gpu-skip cannot go with: a baseline or a gate of figures

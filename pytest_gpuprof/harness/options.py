@@ -124,6 +124,15 @@ TABLE: tuple[Option, ...] = (
         default="warn",
         choices=("warn", "fail"),
     ),
+    Option(
+        "--gpu-compare-confirm",
+        "run a test the gate finds regressed again N times, each a fresh pytest process, before it fails: "
+        "a regression one of them does not repeat is undecided, not a failure (0: off)",
+        key="compare_confirm",
+        default=1,
+        number=Number(0, 20, whole=True),
+        metavar="N",
+    ),
     Option("--gpu-compare-any-machine", "compare with a baseline of another machine id", switch=True),
     Option(
         "--gpu-storage",

@@ -9,6 +9,7 @@ test: its profiler, its record, its warning or failure, its leak check, its view
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.verdict.compare import Comparison
 
 
 # why a test could not hold its device (``--gpu-exclusive``): its set-up fails with it
@@ -190,7 +192,11 @@ class GpuSession:
 
         assert self.gate is not None
         record = result.record
-        comparison = result.comparison = self.gate.compare(nodeid, record.to_dict(), self.runtime.environment())
+        environment = self.runtime.environment()
+        comparison = self.gate.compare(nodeid, record.to_dict(), environment)
+        if self.settings.compare_confirm and decision(comparison)[0] == "regression":
+            comparison = self._confirm(nodeid, comparison, environment)
+        result.comparison = comparison
         record.comparisons = comparison.change_records()
         record.baseline = comparison.record()
         record.regressions = comparison.labels
@@ -213,6 +219,20 @@ class GpuSession:
             else:
                 said.append((f"gpuprof: {text} (--gpu-compare-undecided=fail fails it)", None))
         return said
+
+    def _confirm(self, nodeid: str, comparison: Comparison, environment: dict[str, Any]) -> Comparison:
+        """``comparison``'s regressions put to fresh runs of the test (``harness.reruns``);
+        where none could be made, the regression stands and the note says why."""
+        from pytest_gpuprof.harness import reruns
+        from pytest_gpuprof.verdict.compare import confirmed
+
+        assert self.gate is not None
+        try:
+            entries = reruns.fresh_entries(self.config, self.settings, nodeid, self.settings.compare_confirm)
+        except reruns.RerunError as e:
+            note = f"not confirmed ({e}): the regression stands"
+            return dataclasses.replace(comparison, note="; ".join(n for n in (comparison.note, note) if n))
+        return confirmed(comparison, [self.gate.compare(nodeid, e, environment) for e in entries])
 
     def release(self, nodeid: str, profiler: Profiler) -> None:
         """End of a test: wait for its device work, record it if the call did not, and

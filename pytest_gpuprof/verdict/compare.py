@@ -165,6 +165,8 @@ class Change:
     spread: Spread | None = None  # between runs, from the baseline's history; None: not asked
     clock: str | None = None  # the SM clocks of both sides, where the change is theirs
     runner: str | None = None  # the runner probes of both sides, beside a host-bound change
+    # a regression that fresh runs of the test did not repeat (``confirmed``): what they read
+    unconfirmed: str | None = None
 
     @property
     def inert(self) -> bool:
@@ -218,6 +220,7 @@ class Change:
             **({"between_runs": self.spread.to_dict()} if self.spread is not None else {}),
             **({"clock": self.clock} if self.clock else {}),
             **({"runner": self.runner} if self.runner else {}),
+            **({"unconfirmed": self.unconfirmed} if self.unconfirmed else {}),
         }
 
     @property
@@ -254,7 +257,8 @@ class Change:
         inert = ""
         if self.inert:
             inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
-        beside = "".join(f" ({why})" for why in (self.clock, self.runner) if why)
+        unconfirmed = f"not confirmed: {self.unconfirmed}" if self.unconfirmed else None
+        beside = "".join(f" ({why})" for why in (self.clock, self.runner, unconfirmed) if why)
         return (
             f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
             f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}"
@@ -375,6 +379,39 @@ def assess(
     else:
         finding, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
     return Change(threshold, finding, base_median, cur_median, p, (len(baseline), len(current)), spread)
+
+
+def confirmed(comparison: Comparison, fresh: Sequence[Comparison]) -> Comparison:
+    """``comparison`` once ``fresh`` comparisons of the same test (each a fresh run against
+    the same baseline) were asked to repeat its regressions: a regression that any of them
+    did not repeat reads ``inconclusive``, saying what they read (its test is undecided);
+    the others stand, confirmed by as many runs (``Comparison.confirmed``)."""
+    regressed = comparison.regressed
+    if not regressed or not fresh:
+        return comparison
+    changes = []
+    for c in comparison.changes:
+        if c not in regressed:
+            changes.append(c)
+            continue
+        theirs = [next((f for f in other.changes if f.threshold == c.threshold), None) for other in fresh]
+        repeated = sum(f is not None and f.finding == "regression" for f in theirs)
+        if repeated == len(fresh):
+            changes.append(c)
+            continue
+        read = ", ".join(f"{_shown(f.current)} ({f.finding})" if f is not None else "not measured" for f in theirs)
+        changes.append(
+            replace(c, finding="inconclusive", unconfirmed=f"{repeated} of {len(fresh)} fresh runs repeated it: {read}")
+        )
+    return replace(comparison, changes=tuple(changes), confirmed=len(fresh))
+
+
+def _runs(n: int) -> str:
+    return f"{n} fresh run" if n == 1 else f"{n} fresh runs"
+
+
+def _shown(value: float | None) -> str:
+    return "?" if value is None else f"{value:.6g}"
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -584,6 +621,7 @@ class Comparison:
     note: str | None = None
     why_not: str | None = None
     error: bool = False  # the comparison itself failed (``why_not`` says how): an error of the run
+    confirmed: int = 0  # the fresh runs of the test its regressions were put to (``confirmed``)
 
     @property
     def regressed(self) -> list[Change]:
@@ -637,6 +675,7 @@ class Comparison:
             [
                 f"GPU regression against baseline {self.source}:",
                 *([f"  note: {self.note}"] if self.note else []),
+                *([f"  confirmed by {_runs(self.confirmed)} of the test"] if self.confirmed else []),
                 *(f"  {c.describe(names)}" for c in regressed),
             ]
         )

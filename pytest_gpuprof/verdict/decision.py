@@ -87,6 +87,9 @@ def undecided_change(c: Change, names: Mapping[str, str] | None = None) -> Undec
         return Undecided(what, why, f"needs {need} or more rounds a side", moved)
     if c.finding == "inconclusive":
         size = f"moved {_times(moved)} the threshold {c.threshold.text}"
+        if c.unconfirmed:
+            why = f"{size}, but not confirmed: {c.unconfirmed}"
+            return Undecided(what, why, f"more fresh runs (--gpu-compare-confirm), or {_more(c)}", moved)
         if c.spread is not None and c.spread.sd is None:
             runs = "no saved run" if c.spread.runs == 0 else f"{c.spread.runs} saved run"
             why = f"{size}, but the spread between runs is unknown ({runs}: one process's rounds are no evidence)"
@@ -215,7 +218,10 @@ def gate_entry(comparison: Comparison) -> dict[str, Any] | None:
     decided, undecided = decision(comparison)
     if decided == "ungated":
         return None
-    return {"decision": decided, "undecided": [u.to_dict() for u in undecided]}
+    out: dict[str, Any] = {"decision": decided, "undecided": [u.to_dict() for u in undecided]}
+    if comparison.confirmed:
+        out["confirmed_by"] = comparison.confirmed  # fresh runs its regressions were put to
+    return out
 
 
 @dataclass(frozen=True, slots=True)
