@@ -172,6 +172,8 @@ class Settings:
             memory_top=int(pick("--gpu-memory-top")),
             configured=given or bool(set(file_settings) - {"host_clock"}) or not file_budget.empty,
         )
+        if settings.configured and not disabled:
+            _check_step_summary()
         if os.environ.get(CONFIRMING):  # a fresh run confirming a regression: its report alone
             return dataclasses.replace(
                 settings, save=None, compare=None, compare_fail=(), compare_given=False, trace=None, html=None, csv=None
@@ -229,14 +231,25 @@ def _check_numbers(opt: Callable[[str], Any]) -> None:
 
 
 def _check_outputs(opt: Callable[[str], Any]) -> None:
-    """Every output its own file. ``$GITHUB_STEP_SUMMARY`` is the CI's, not an option: a
-    run that measured something and cannot append to it says so at the end (and fails);
-    one that measured nothing never reads it."""
+    """Every output its own file. ``$GITHUB_STEP_SUMMARY`` is the CI's, not an option: it is
+    checked writable where the plugin is configured (``_check_step_summary``)."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     _distinct_outputs(
         {flag: opt(flag) for flag in ("--gpu-report", "--gpu-html", "--gpu-trace", "--gpu-csv")}
         | {"GITHUB_STEP_SUMMARY": summary}
     )
+
+
+def _check_step_summary() -> None:
+    """``$GITHUB_STEP_SUMMARY``, where a run of the plugin's will append to it: checked now,
+    before any test runs (a folder that is missing, a file that cannot be written), not
+    after all of them."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return
+    check_output("$GITHUB_STEP_SUMMARY", Path(summary))
+    if Path(summary).is_file() and not os.access(summary, os.W_OK):
+        raise ConfigError(f"$GITHUB_STEP_SUMMARY={summary}: not writable")
 
 
 def _flag_budget(opt: Callable[[str], Any]) -> Budget:

@@ -107,8 +107,10 @@ def test_the_command_line_wins_over_the_file_and_the_file_over_the_table(pyteste
 
 def test_a_bad_step_summary_is_no_business_of_a_suite_that_does_not_use_the_plugin(pytester, monkeypatch):
     """The CI's ``$GITHUB_STEP_SUMMARY`` pointing at a folder once refused every pytest run of
-    the environment (exit 4); a suite that never uses the plugin runs, and one that does says
-    at the end, once, that the summary could not be written."""
+    the environment (exit 4); a suite that never uses the plugin runs, one that uses it
+    without configuring it says at the end, once, that the summary could not be written, and
+    one configured for it (a ``--gpu-*`` option, ``[tool.gpuprof]``) is refused before its
+    first test."""
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a folder
     pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
     pytester.runpytest("test_plain.py").assert_outcomes(passed=1)
@@ -117,6 +119,19 @@ def test_a_bad_step_summary_is_no_business_of_a_suite_that_does_not_use_the_plug
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.stdout.str().count("gpuprof: could not write the step summary") == 1
+    # a run configured for the plugin is refused before its first test, in one line
+    configured = pytester.runpytest("test_gpu.py", "--gpu-budget")
+    assert configured.ret == pytest.ExitCode.USAGE_ERROR
+    configured.stderr.fnmatch_lines(
+        [f"ERROR: pytest-gpuprof: $GITHUB_STEP_SUMMARY={pytester.path}: is a folder; give a file path"]
+    )
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "missing" / "summary.md"))
+    missing = pytester.runpytest("test_gpu.py", "--gpu-budget")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(
+        ["ERROR: pytest-gpuprof: $GITHUB_STEP_SUMMARY=*summary.md: the folder * does not exist"]
+    )
+    assert "passed" not in missing.stdout.str()
 
 
 def test_a_pytest_older_than_declared_is_one_line_and_exit_4(pytester, monkeypatch):
