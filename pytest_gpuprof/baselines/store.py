@@ -290,6 +290,17 @@ class Store:
         except Exception as e:  # the libraries' own errors (botocore, aiohttp, gcsfs ...)
             raise StoreError(f"{shown(self.url)}: {what}: {type(e).__name__}: {_reason(e)}") from None
 
+    def reach(self) -> None:
+        """Whether the store's bucket (or container) answers, asked once before a run that
+        saves measures anything: a bucket that does not exist, credentials missing or
+        refused, an endpoint that does not answer, each a ``StoreError`` naming the store.
+        A local folder is checked by the caller (``harness.checks.check_output``)."""
+        if not is_url(self.url) or self.url.startswith(("file://", "memory://")):
+            return
+        bucket = self.root.split("/", 1)[0]
+        with self._failing("reach its bucket"):
+            _within(self.deadline, lambda: self.fs.ls(bucket))
+
     # --- writing
 
     def save(

@@ -391,6 +391,10 @@ def _storage(given: str | None, configured: object, rootpath: Path, pyproject: P
         return value
     try:
         check_url(value)
+        if saving:  # a bucket that is not there fails now, not after every test ran
+            from pytest_gpuprof.baselines.store import Store
+
+            Store(value).reach()
     except StoreError as e:
         raise ConfigError(f"--gpu-storage: {e}") from None
     return value

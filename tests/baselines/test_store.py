@@ -109,6 +109,18 @@ def test_a_save_and_a_compare_through_the_store_gate_a_slower_test(pytester, url
     assert "new (not in the baseline)" not in result.stdout.str()
 
 
+def test_a_save_to_a_bucket_that_is_not_there_is_refused_before_any_test(pytester, s3_endpoint, monkeypatch):
+    """Every test once ran, then the save failed at the end: now one line, exit 4."""
+    _s3_env(monkeypatch, s3_endpoint)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--gpu-storage=s3://no-such-bucket/x", "--gpu-save=main")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest-gpuprof: --gpu-storage: s3://no-such-bucket/x: reach its bucket: *"])
+    assert "passed" not in result.stdout.str()
+    there = f"s3://{_bucket(s3_endpoint)}/x"  # the same, with the bucket made: the run saves
+    pytester.runpytest(f"--gpu-storage={there}", "--gpu-save=main").assert_outcomes(passed=2)
+
+
 def test_shards_of_one_run_gate_every_test_of_a_sharded_pull_request(pytester, url, monkeypatch):
     """Two shards of main save their parts under one run id; two shards of a pull request
     compare with it: each test finds the part that holds it, none reads as new."""
