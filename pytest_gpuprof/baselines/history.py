@@ -104,9 +104,16 @@ def history(
         for metric in metrics:
             if runs[metric]:
                 medians = [r.median for r in runs[metric]]
-                points = change_points(medians)
+                points = same_commit_kept_whole(change_points(medians), runs[metric])
                 out.append(Series(nodeid, metric, tuple(runs[metric]), tuple(points), outside_the_spread(medians)))
     return out
+
+
+def same_commit_kept_whole(points: Sequence[ChangePoint], runs: Sequence[Run]) -> list[ChangePoint]:
+    """The change points that fall between runs of different commits: code that did not
+    change cannot have shifted a level (runs of one commit, saved one after another, differ
+    by their runner alone)."""
+    return [p for p in points if not (runs[p.index - 1].commit and runs[p.index - 1].commit == runs[p.index].commit)]
 
 
 @functools.cache
