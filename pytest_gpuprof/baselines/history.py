@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import html
+import math
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,20 @@ def history(
     return out
 
 
+def axis_labels(runs: Sequence[Run]) -> list[str]:
+    """What the x axis says of each run: its day where every run has a day of its own, its
+    time where all share one day, both where some share one (``12-07 14:05``); its place
+    where a run says no date."""
+    days = [r.created[5:10] for r in runs]
+    if len(set(days)) == len(days):
+        shown = days
+    elif len(set(days)) == 1:
+        shown = [r.created[11:16] for r in runs]
+    else:
+        shown = [r.created[5:16].replace("T", " ") for r in runs]
+    return [label or str(i + 1) for i, label in enumerate(shown)]
+
+
 def same_commit_kept_whole(points: Sequence[ChangePoint], runs: Sequence[Run]) -> list[ChangePoint]:
     """The change points that fall between runs of different commits: code that did not
     change cannot have shifted a level (runs of one commit, saved one after another, differ
@@ -177,13 +192,16 @@ def _chart(s: Series, number: int) -> str:
         f'<text x="4" y="{y(hi - pad) + 4:.1f}" font-size="10">{html.escape(_shown(s.metric, hi - pad))}</text>',
         f'<text x="4" y="{y(lo + pad) + 4:.1f}" font-size="10">{html.escape(_shown(s.metric, lo + pad))}</text>',
     ]
+    labels = axis_labels(s.runs)
+    every = max(1, math.ceil(n * 5.5 * max(map(len, labels), default=1) / (width - left - 20)))
     for i, run in enumerate(s.runs):
         tip = html.escape(f"{run.label} {run.commit}: {_shown(s.metric, run.median)}")
         parts.append(
             f'<circle cx="{x(i):.1f}" cy="{y(run.median):.1f}" r="3" fill="#1f5fa8"><title>{tip}</title></circle>'
         )
-        label = html.escape(run.created[5:10] or str(i + 1))
-        parts.append(f'<text x="{x(i) - 10:.1f}" y="{height - bottom + 14}" font-size="9">{label}</text>')
+        if i % every == 0:  # as many labels as fit side by side
+            label = html.escape(labels[i])
+            parts.append(f'<text x="{x(i) - 10:.1f}" y="{height - bottom + 14}" font-size="9">{label}</text>')
     for c in s.changes:
         run = s.runs[c.index]
         cx = (x(c.index - 1) + x(c.index)) / 2

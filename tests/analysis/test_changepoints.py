@@ -90,3 +90,19 @@ def test_runs_of_one_commit_are_never_split():
     assert same_commit_kept_whole(points, one) == []
     two = [Run("main", f"2026-12-07T10:0{i}", "abc123" if i < 4 else "def456", (v,)) for i, v in enumerate(levels)]
     assert same_commit_kept_whole(points, two) == points
+
+
+def test_the_axis_tells_runs_of_one_day_apart():
+    from pytest_gpuprof.baselines.history import Run, axis_labels
+
+    def runs(*created):
+        return [Run("main", c, "abc", (1.0,)) for c in created]
+
+    assert axis_labels(runs("2026-12-05T10:00", "2026-12-06T10:00")) == ["12-05", "12-06"]
+    assert axis_labels(runs("2026-12-07T10:00:01", "2026-12-07T14:05:09")) == ["10:00", "14:05"]
+    assert axis_labels(runs("2026-12-06T09:00", "2026-12-07T10:00", "2026-12-07T14:05")) == [
+        "12-06 09:00",
+        "12-07 10:00",
+        "12-07 14:05",
+    ]
+    assert axis_labels(runs("", "")) == ["1", "2"]
