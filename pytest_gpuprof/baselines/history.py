@@ -8,8 +8,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 import html
-import math
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
