@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -386,6 +387,7 @@ class SessionHooks:
         report = yield
         if item.stash.get(TOUCHED, True) or self._session.measured(item.nodeid):
             self._session.annotate(item, call, report)
+        _skip_at_the_test(item, report)
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
@@ -449,3 +451,14 @@ class SessionHooks:
             refused, part = f"the run {partial}", None
         if not self._session.write_outputs(partial, refused, part) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _skip_at_the_test(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A skip the plugin raised (``--gpu-disable``: a figure read that was never measured)
+    names the test's own line, as a skip mark's does, never a line of the plugin."""
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        path, _, reason = longrepr
+        if Path(str(path)).resolve().is_relative_to(Path(__file__).parent):
+            where, line, _ = item.reportinfo()
+            report.longrepr = (str(where), (line or 0) + 1, reason)

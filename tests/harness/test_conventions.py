@@ -62,6 +62,9 @@ def test_disable_runs_the_code_once_and_judges_nothing(suite):
         ["*CALLS 1", "*--gpu-disable: nothing was measured, so the test cannot read 'utilization'"]
     )
     assert outcomes(result) == {"passed": 3, "skipped": 1}
+    # the skip names the test's own line, not the plugin's
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_suite.py:*: pytest-gpuprof: --gpu-disable*"])
+    assert "pytest_gpuprof" not in "".join(line for line in result.stdout.lines if line.startswith("SKIPPED"))
     result.stdout.fnmatch_lines(["*budgets off: --gpu-disable*", "gpuprof: --gpu-disable: the tests ran unmeasured*"])
     assert "true GPU utilization" not in result.stdout.str()  # no table: nothing was measured
 
