@@ -132,6 +132,8 @@ def _test() -> dict[str, Any]:
                 "properties": {
                     "decision": {"enum": ["regression", "undecided", "improvement", "unchanged", "new"]},
                     "undecided": {"type": "array", "items": _UNDECIDED},
+                    # the fresh runs its regressions were put to (--gpu-compare-confirm)
+                    "confirmed_by": {"type": "integer", "minimum": 1},
                 },
             },
             "xfail": {"type": "boolean"},
