@@ -234,8 +234,12 @@ class Outputs:
             report["part"] = part
         if outcomes:
             report["outcomes"] = dict(outcomes)
-        if not tests:
+        if not tests and partial:  # cut short: what was measured before it is said, not why
+            report["note"] = f"the run {partial} before any test was measured"
+        elif not tests:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
+        elif partial:
+            report["note"] = f"the run {partial}: {len(tests)} test(s) measured before it ended"
         from pytest_gpuprof.verdict.decision import RunGate
 
         gate = RunGate.of(tests)

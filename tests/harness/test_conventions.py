@@ -84,6 +84,24 @@ def test_a_disabled_run_writes_a_report_that_measured_nothing(suite):
     assert report["tests"] == [] and "nothing was measured" in report["note"]
 
 
+@pytest.mark.parametrize("before", [0, 1])
+def test_an_interrupted_report_says_so_and_what_was_measured_before(pytester, before):
+    """Ctrl-C once left a report saying both "was interrupted" and "nothing was measured: no
+    test used gpuprof", as if the suite did not use the plugin."""
+    measured = "def test_a(gpuprof, gpu_workload):\n    gpuprof.measure(lambda: gpu_workload.compute(ms=1), rounds=2)\n"
+    stop = "def test_b():\n    raise KeyboardInterrupt\n"
+    pytester.makepyfile(test_cut=(measured if before else "") + stop)
+    result = pytester.runpytest_subprocess("--gpu-report=r.json")  # in this process, it would stop this run
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["partial"] == "was interrupted"
+    if before:
+        assert report["note"] == "the run was interrupted: 1 test(s) measured before it ended"
+    else:
+        assert report["note"] == "the run was interrupted before any test was measured"
+    assert "no test used gpuprof" not in report["note"]
+
+
 # --gpu-skip, --gpu-only: fixtures and markers, however the marker arrives
 
 HOOK = """
