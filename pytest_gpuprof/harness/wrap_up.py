@@ -8,6 +8,7 @@ line of the summary and makes the run fail, and the rest are still written.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,13 +117,17 @@ class Outputs:
             [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
         )
         from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
-        from pytest_gpuprof.verdict.decision import RunGate
+        from pytest_gpuprof.verdict.decision import SHORT, RunGate
 
         gate = RunGate.of(v.test for v in views.values())
         if compared_with is None and gate is not None:  # an xdist controller: its workers compared
             compared_with = gate.names_baseline()
         compare = [line for v in views.values() for line in v.compare]
-        _block(tr, f"compared with baseline {compared_with}:", [f"  {line}" for line in compare])
+        heading, why = f"compared with baseline {compared_with}:", []
+        if not self._every_line(tr) and isinstance(compared_with, str) and len(heading) > SHORT and " (" in compared_with:
+            where, chosen = compared_with.split(" (", 1)  # one screen: why it was chosen under it, wrapped
+            heading, why = f"compared with baseline {where}:", textwrap.wrap(f"({chosen}", SHORT - 2)
+        _block(tr, heading, [f"  {line}" for line in [*why, *self._compared(tr, views)]])
         if not compare and compared_with is not None and self.settings.compare is not None:
             tr.write_line(f"gpuprof: compared with baseline {compared_with}")
         if new := sum(line.endswith(NEW) for line in compare):
@@ -141,6 +146,24 @@ class Outputs:
             tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
         if gate is not None:
             self._gate_lines(tr, gate)
+
+    def _every_line(self, tr: Any) -> bool:
+        return bool(tr.config.option.verbose > 0 or self.settings.summary_rows is None)
+
+    def _compared(self, tr: Any, views: Mapping[str, TestView]) -> list[str]:
+        """The comparison block: every line under ``-v`` or ``--gpu-summary=all``; else one
+        screen: each test that moved, with its decision and a short line a change
+        (``verdict.decision.short_lines``), and the unchanged ones counted."""
+        from pytest_gpuprof.verdict.decision import short_lines
+
+        if self._every_line(tr):
+            return [line for v in views.values() for line in v.compare]
+        lines = [short_lines(v.test) for v in views.values() if v.compare]
+        quiet = sum(not each for each in lines)
+        out = [line for each in lines for line in each]
+        if quiet:
+            out.append(f"{quiet} test(s) unchanged (-v or --gpu-summary=all shows every line)")
+        return out
 
     def _gate_lines(self, tr: Any, gate: RunGate) -> None:
         """The gate's last lines: the headline (baseline, tests by decision), each undecided

@@ -367,3 +367,68 @@ def _baseline(record: Mapping[str, Any], test: Mapping[str, Any]) -> dict[str, A
 def undecided_message(undecided: Sequence[Undecided], baseline: str) -> str:
     """A test's message where it is undecided: each figure, why, what would decide it."""
     return "\n".join([f"GPU gate undecided against baseline {baseline}:", *(f"  {u.line()}" for u in undecided)])
+
+
+# the widest line of the terminal's short comparison (``short_lines``)
+SHORT = 160
+# the changes a test's short lines show at most; -v shows every line
+SHORT_CHANGES = 4
+# what the terminal shows of a test, by its decision, where it is not one of "unchanged"
+_QUIET = ("unchanged", "ungated")
+
+
+def short_lines(entry: Mapping[str, Any]) -> list[str]:
+    """A test's lines of the terminal's short comparison, from its report entry: none for
+    a test the gate left unchanged (the caller counts those), else its decision and each
+    change that was not ``unchanged``, one line each of at most ``SHORT`` characters: the
+    figure, before -> after, the change, the finding and how sure. The full lines stay in
+    the JSON, the HTML and ``-v``."""
+    nodeid = str(entry.get("nodeid"))
+    baseline = entry.get("baseline") if isinstance(entry.get("baseline"), Mapping) else {}
+    status = (baseline or {}).get("status")
+    if status == "new":
+        return [_fit(f"{nodeid}: new (not in the baseline)")]
+    if status == "not compared":
+        return [_fit(f"{nodeid}: not compared: {(baseline or {}).get('why_not') or '?'}")]
+    gate = entry.get("gate") if isinstance(entry.get("gate"), Mapping) else None
+    changes = [c for c in entry.get("comparisons") or () if isinstance(c, Mapping)]
+    moved = [
+        c for c in changes if c.get("finding") not in ("unchanged", "absent") or (c.get("gates") and c.get("inert"))
+    ]
+    decided = str(gate["decision"]) if gate is not None else ("changed" if moved else "ungated")
+    if decided in _QUIET and not any(c.get("gates") and c.get("inert") for c in changes):
+        return []
+    moved.sort(key=lambda c: (not c.get("gates"), c.get("finding") != "regression"))
+    out = [_fit(f"{nodeid}: {decided}"), *(_fit(f"    {_short(c)}") for c in moved[:SHORT_CHANGES])]
+    if len(moved) > SHORT_CHANGES:
+        out.append(f"    and {len(moved) - SHORT_CHANGES} more (-v shows every line)")
+    return out
+
+
+def _short(c: Mapping[str, Any]) -> str:
+    """One change as the short comparison says it: ``kernel_ms 10.000 -> 11.020 (+10.2%):
+    regression, p=0.004, past the runs' bound 10.350``."""
+    label = str(c.get("line") or c.get("metric")).split(": ", 1)[0]
+    before, after, finding = c.get("before"), c.get("after"), str(c.get("finding"))
+    if finding in ("appeared", "vanished", "absent") or before is None or after is None:
+        return str(c.get("line") or f"{label}: {finding}")
+    fmt = (lambda v: f"{100 * v:.2f}%") if is_fraction(str(c.get("metric"))) else (lambda v: f"{v:.3f}")
+    relative = f" ({100 * (after - before) / before:+.1f}%)" if before else ""
+    sure = [f"p={c['p']:.2g}"] if isinstance(c.get("p"), float) else []
+    spread = c.get("between_runs") if isinstance(c.get("between_runs"), Mapping) else None
+    if c.get("unconfirmed"):
+        sure.append(f"not confirmed ({c['unconfirmed'].split(':')[0]})")
+    elif spread is not None and spread.get("sd") is None:
+        sure.append("spread between runs unknown")
+    elif spread is not None and isinstance(spread.get("center"), float) and isinstance(spread.get("bound"), float):
+        edge = spread["center"] + (spread["bound"] if after >= before else -spread["bound"])
+        beyond = (after - edge) * (1 if after >= before else -1) > 0
+        sure.append(f"{'past' if beyond else 'within'} the runs' bound {fmt(edge)}")
+    if c.get("inert"):
+        sure.append("gate inert")
+    named = finding if c.get("gates") or finding != "regression" else "changed"
+    return f"{label} {fmt(before)} -> {fmt(after)}{relative}: {named}" + (f", {', '.join(sure)}" if sure else "")
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= SHORT else line[: SHORT - 1] + "…"

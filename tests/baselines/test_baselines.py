@@ -40,7 +40,7 @@ def test_slowed_test_fails_with_both_figures_and_the_rest_pass(suite, monkeypatc
     assert len(list(Path(suite.path, ".gpuprof").glob("host-*/main@*.json"))) == 1
     result.stdout.fnmatch_lines(["gpuprof: baseline saved as .gpuprof/host-*/main@*.json"])
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
+    result = suite.runpytest("-v", "--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%,utilization:-5pt")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -66,7 +66,7 @@ def test_unchanged_code_passes_the_gate(suite):
 def test_without_compare_fail_a_change_is_only_reported_as_changed(suite, monkeypatch):
     suite.runpytest("--gpu-save=main")
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare=latest")
+    result = suite.runpytest("-v", "--gpu-compare=latest")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         ["*test_slowed: changed", "*wall_ms: baseline*: changed (beyond the default wall_ms:+10%, not a gate)"]
@@ -77,7 +77,7 @@ def test_without_compare_fail_a_change_is_only_reported_as_changed(suite, monkey
 def test_a_gated_metric_is_always_shown_even_unchanged(suite, monkeypatch):
     suite.runpytest("--gpu-save=main")
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=kernel_ms:+50%")
+    result = suite.runpytest("-v", "--gpu-compare=latest", "--gpu-compare-fail=kernel_ms:+50%")
     result.assert_outcomes(passed=2)  # kernel time did not change: only the wall time did
     result.stdout.fnmatch_lines(["*test_slowed: unchanged", "*kernel_ms: baseline*limit kernel_ms:+50%*: unchanged"])
     result.stdout.no_fnmatch_line("*: regression*")
@@ -86,7 +86,7 @@ def test_a_gated_metric_is_always_shown_even_unchanged(suite, monkeypatch):
 def test_new_test_is_new_not_a_crash(suite):
     suite.runpytest("--gpu-save=main")
     suite.makepyfile(test_added="def test_added(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
-    result = suite.runpytest("--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%")
+    result = suite.runpytest("-v", "--gpu-compare=latest", "--gpu-compare-fail=wall_ms:+20%")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [

@@ -40,7 +40,7 @@ def test_unchanged_runs_pass_and_a_ten_percent_slowdown_fails(pytester, monkeypa
     for _ in range(20):
         level = levels()
         for compare, gate in (("main", "kernel_ms:+2%"), ("main~10", "kernel_ms:+1%")):
-            result = _run(pytester, monkeypatch, level, f"--gpu-compare={compare}", f"--gpu-compare-fail={gate}")
+            result = _run(pytester, monkeypatch, level, "-v", f"--gpu-compare={compare}", f"--gpu-compare-fail={gate}")
             failed[compare] += result.ret == pytest.ExitCode.TESTS_FAILED
             line = next(line for line in result.stdout.lines if line.strip().startswith("kernel_ms: baseline"))
             assert re.search(

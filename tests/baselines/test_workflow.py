@@ -70,7 +70,7 @@ def _damage(pytester, change):
 def test_a_malformed_baseline_field_leaves_each_test_its_own_outcome(suite, change, field):
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
     _damage(suite, change)
-    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-compare-fail=kernels:+5%", "--gpu-report=r.json")
+    result = suite.runpytest("-v", "--gpu-compare=main", GATE, "--gpu-compare-fail=kernels:+5%", "--gpu-report=r.json")
     result.assert_outcomes(passed=2)
     assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
     result.stdout.fnmatch_lines([f"*test_alpha: not compared: *main@*{field}*comparison not made"])
@@ -168,13 +168,13 @@ def test_an_lf_run_that_ran_every_test_is_a_baseline_and_one_that_did_not_is_not
 def test_autosave_with_compare_latest_starts_from_an_empty_store(suite):
     """The first run of ``--gpu-autosave --gpu-compare=latest`` once stopped at "no
     baseline" forever: it saves the first, every test new; a named baseline still must exist."""
-    result = suite.runpytest("--gpu-autosave", "--gpu-compare=latest", GATE)
+    result = suite.runpytest("-v", "--gpu-autosave", "--gpu-compare=latest", GATE)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*holds no baseline of machine host-* yet; this run saves the first*"])
     assert len(_stored(suite)) == 1
-    result = suite.runpytest("--gpu-autosave", "--gpu-compare=latest", GATE)
+    result = suite.runpytest("-v", "--gpu-autosave", "--gpu-compare=latest", GATE)
     result.stdout.fnmatch_lines(["*test_alpha: unchanged"])
-    assert suite.runpytest("--gpu-compare=nightly", GATE).ret == pytest.ExitCode.USAGE_ERROR
+    assert suite.runpytest("-v", "--gpu-compare=nightly", GATE).ret == pytest.ExitCode.USAGE_ERROR
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monke
 
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-report=r.json")
+    result = suite.runpytest("-v", "--gpu-compare=main", GATE, "--gpu-report=r.json")
     result.assert_outcomes(passed=1, failed=1)
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("compared with baseline "))
@@ -262,7 +262,7 @@ def test_a_baseline_records_its_environment_and_a_comparison_names_what_changed(
     assert record["machine"]["environment"]["host clock"] == "virtual"
     record["machine"]["environment"]["host clock"] = "sundial"  # as another torch version would be
     path.write_text(json.dumps(record))
-    result = suite.runpytest("--gpu-compare=main", GATE)
+    result = suite.runpytest("-v", "--gpu-compare=main", GATE)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*note: the environment changed: host clock sundial -> virtual"])
 

@@ -156,7 +156,7 @@ def test_a_gate_on_a_test_of_one_round_says_it_cannot_fail(pytester):
     pytester.makepyfile(test_whole=MARKER_ONLY.format(ms=2))
     pytester.runpytest("--gpu-save=base").assert_outcomes(passed=1)
     pytester.makepyfile(test_whole=MARKER_ONLY.format(ms=6))
-    result = pytester.runpytest("--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%", "--gpu-report=r.json")
+    result = pytester.runpytest("-v", "--gpu-compare=base", "--gpu-compare-fail=kernel_ms:+5%", "--gpu-report=r.json")
     result.assert_outcomes(passed=1, warnings=1)
     test = entry(report_of(pytester), "test_whole")
     assert test["verdict"] == "warn: undecided kernel_ms; gate inert: kernel_ms:+5%"

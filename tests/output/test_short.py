@@ -1,0 +1,44 @@
+"""The comparison a CI reader sees fits a screen: each test that moved, with its decision
+and one line a change of at most 160 characters carrying before, after, the change and how
+sure; the unchanged ones counted; ``-v`` keeps every line."""
+
+SUITE = """
+import os
+import pytest
+
+@pytest.mark.parametrize("k", range(5))
+def test_kernel(gpuprof, gpu_workload, k):
+    ms = 4.0 + k
+    if k == 2 and os.environ.get("SLOW"):
+        ms *= 1.2
+    gpuprof.measure(lambda: gpu_workload.compute(ms=ms), rounds=5, warmup=0)
+"""
+GATE = ("--gpu-compare=main", "--gpu-host-clock=virtual", "--gpu-compare-fail=kernel_ms:+5%,wall_ms:+10%")
+
+
+def _block(lines):
+    start = next(i for i, line in enumerate(lines) if line.startswith("compared with baseline"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("gpuprof gate against"))
+    return lines[start:end]
+
+
+def test_a_five_test_comparison_with_one_regression_fits_a_screen(pytester, monkeypatch):
+    pytester.makepyfile(test_five=SUITE)
+    for _ in range(3):
+        pytester.runpytest("--gpu-save=main", "--gpu-host-clock=virtual").assert_outcomes(passed=5)
+    monkeypatch.setenv("SLOW", "1")
+    result = pytester.runpytest(*GATE)
+    result.assert_outcomes(passed=4, failed=1)
+    block = _block(result.stdout.lines)
+    assert len(block) <= 15 and all(len(line) <= 160 for line in block), block
+    result.stdout.fnmatch_lines(
+        [
+            "  test_five.py::test_kernel[[]2[]]: regression",
+            "      kernel_ms 6.000 -> 7.200 (+20.0%): regression, p=0.004, past the runs' bound 6.000",
+            "  4 test(s) unchanged (-v or --gpu-summary=all shows every line)",
+        ]
+    )
+    assert "smallest detectable change" not in "\n".join(block)  # nothing that says nothing
+    verbose = pytester.runpytest(*GATE, "-v")
+    assert len(_block(verbose.stdout.lines)) > len(block)
+    verbose.stdout.fnmatch_lines(["*kernel_ms: baseline 6.000 -> 7.200 (+1.200, +20.0%; limit kernel_ms:+5%*"])
