@@ -102,10 +102,10 @@ def test_after_a_driver_update_any_machine_takes_a_baseline_name(suite):
     moved.parent.mkdir()
     moved.write_text(json.dumps(record))
     path.unlink()
-    refused = suite.runpytest("--gpu-compare=main", GATE)
+    refused = suite.runpytest("-v", "--gpu-compare=main", GATE)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*baselines exist for machine ids host-0ld0ld0ld0 (--gpu-compare-any-machine*"])
-    result = suite.runpytest("--gpu-compare=main", GATE, "--gpu-compare-any-machine")
+    result = suite.runpytest("-v", "--gpu-compare=main", GATE, "--gpu-compare-any-machine")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         ["compared with baseline *host-0ld0ld0ld0/main@*baseline of another machine (driver old driver -> *"]
@@ -122,7 +122,8 @@ def test_each_output_names_the_baseline_record_and_shows_the_regression(suite, m
         "--gpu-compare=main", GATE, "--gpu-report=r.json", "--gpu-html=page.html", "--junitxml=j.xml"
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"compared with baseline .gpuprof/{path.parent.name}/{path.name} (*"])
+    # one screen: the path on the heading, why it was chosen under it
+    result.stdout.fnmatch_lines([f"compared with baseline .gpuprof/{path.parent.name}/{path.name}:", "  (*"])
     tests = {t["nodeid"].split("::")[1]: t for t in json.loads(Path(suite.path, "r.json").read_text())["tests"]}
     baseline = tests["test_omega"]["baseline"]
     assert baseline["name"] == "main" and baseline["key"].endswith(path.name) and baseline["status"] == "compared"

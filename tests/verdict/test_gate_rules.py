@@ -81,7 +81,7 @@ def test_collect_only_deselected_and_failed_runs_never_become_the_baseline(pytes
     monkeypatch.setenv("GPUPROF_SLOW", "1")
     # a failed gate saves nothing, so the next identical run still fails against main
     for _ in range(2):
-        result = pytester.runpytest("--gpu-save=main", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+5%")
+        result = pytester.runpytest("-v", "--gpu-save=main", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+5%")
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["*test_loop: *regression*", "*no baseline saved: had failed tests*"])
         result.stdout.fnmatch_lines(
