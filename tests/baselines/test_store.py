@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from plugin_runs import TWO_MEASURED, WITHOUT_HYPOTHESIS
