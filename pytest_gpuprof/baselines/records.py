@@ -160,7 +160,34 @@ def entry_problem(test: dict[str, Any]) -> str | None:
         signed = metric is not None and metric.name == "discrepancy"
         if not signed and any(v < 0 for v in samples):
             return f"rounds.{path}.samples: {min(samples)} is impossible: a measured {path} is never negative"
+        timed = path.endswith("_ms") or (metric is not None and metric.unit == "ms")
+        implausible = next((v for v in samples if timed and not _plausible_ms(v, path)), None)
+        if implausible is not None:
+            return f"rounds.{path}.samples: {implausible!r} ms is impossible: {_why_not_ms(implausible, path)}"
+    wall = metrics.get("wall_ms")
+    if isinstance(wall, int | float) and not isinstance(wall, bool) and not _plausible_ms(wall, "wall_ms"):
+        return f"metrics.wall_ms: {wall!r} ms is impossible: {_why_not_ms(wall, 'wall_ms')}"
     return None
+
+
+# a window longer than a day is no measurement this plugin took; a time under a
+# femtosecond that is not zero is a number, not a duration
+MOST_MS = 86_400_000.0
+LEAST_MS = 1e-12
+
+
+def _plausible_ms(value: float, path: str) -> bool:
+    if value == 0:
+        return path != "wall_ms"  # a window that took no time at all was never measured
+    return LEAST_MS <= abs(value) <= MOST_MS
+
+
+def _why_not_ms(value: float, path: str) -> str:
+    if value == 0:
+        return "a measured window always takes some time"
+    if abs(value) > MOST_MS:
+        return "longer than a day"
+    return "shorter than a femtosecond"
 
 
 def _figures_problem(table: object, where: str, names: tuple[str, ...]) -> str | None:

@@ -124,7 +124,12 @@ class Outputs:
             compared_with = gate.names_baseline()
         compare = [line for v in views.values() for line in v.compare]
         heading, why = f"compared with baseline {compared_with}:", []
-        if not self._every_line(tr) and isinstance(compared_with, str) and len(heading) > SHORT and " (" in compared_with:
+        if (
+            not self._every_line(tr)
+            and isinstance(compared_with, str)
+            and len(heading) > SHORT
+            and " (" in compared_with
+        ):
             where, chosen = compared_with.split(" (", 1)  # one screen: why it was chosen under it, wrapped
             heading, why = f"compared with baseline {where}:", textwrap.wrap(f"({chosen}", SHORT - 2)
         _block(tr, heading, [f"  {line}" for line in [*why, *self._compared(tr, views)]])

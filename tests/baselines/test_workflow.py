@@ -64,8 +64,18 @@ def _damage(pytester, change):
         (lambda t: t["metrics"].update(kernel_totals=[1, 2]), "metrics.kernel_totals"),
         (lambda t: t["metrics"].update(wall_ms=10**400), "metrics.wall_ms: a number is expected, not an integer"),
         (lambda t: t["rounds"]["kernel_ms"].update(samples=[10**400] * 5), "rounds.kernel_ms.samples"),
+        # implausible figures: once +inf% (a passing test failed) or every change unchanged
+        (
+            lambda t: t["rounds"]["kernel_ms"].update(samples=[5e-324] * 5),
+            "rounds.kernel_ms.samples: 5e-324 ms is impossible: shorter than a femtosecond",
+        ),
+        (
+            lambda t: t["rounds"]["kernel_ms"].update(samples=[1e308] * 5),
+            "rounds.kernel_ms.samples: 1e+308 ms is impossible: longer than a day",
+        ),
+        (lambda t: t["metrics"].update(wall_ms=0.0), "metrics.wall_ms: 0.0 ms is impossible: a measured window"),
     ],
-    ids=["kernel-totals-a-list", "a-400-digit-wall", "400-digit-samples"],
+    ids=["kernel-totals-a-list", "a-400-digit-wall", "400-digit-samples", "subnormal", "1e308", "zero-wall"],
 )
 def test_a_malformed_baseline_field_leaves_each_test_its_own_outcome(suite, change, field):
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
