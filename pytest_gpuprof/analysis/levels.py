@@ -54,7 +54,7 @@ def learn(medians: Sequence[float], exact: bool = False, comparisons: int = 1) -
         plain = Spread.of(medians, exact)
         return Spread(plain.runs, plain.sd, plain.center, comparisons=comparisons)
     runs = np.asarray(medians, dtype=float)
-    at = list(range(n))
+    at = np.arange(n)
     aside: list[Aside] = []
     alone = _alone(runs)
     kept = runs.copy()
@@ -63,13 +63,13 @@ def learn(medians: Sequence[float], exact: bool = False, comparisons: int = 1) -
         kept[alone] = _bounded(runs, alone)
     split = _shift(kept)
     reach = (float(kept.min()), float(kept.max()))
-    drift = _drift(kept, np.asarray(at, dtype=float))
     if split is not None and split < LEVEL_RUNS:
         sd, center = float(np.std(kept, ddof=1)), float(np.mean(kept))
         return Spread(len(kept), sd, center, comparisons=comparisons, aside=tuple(aside), changed=split, reach=reach)
+    drift = _drift(kept, at.astype(float))
     if split is not None:
         new, old = kept[:split], kept[split:]
-        aside += [Aside(float(v), i, False) for v, i in zip(old, at[split:], strict=True)]
+        aside += [Aside(float(v), int(i), False) for v, i in zip(old, at[split:], strict=True)]
         reach = (float(new.min()), float(new.max()))
         pooled = ((new - new.mean()) ** 2).sum() + ((old - old.mean()) ** 2).sum()
         df = len(kept) - 2

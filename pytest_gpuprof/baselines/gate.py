@@ -10,6 +10,7 @@ layer turns into a usage error and the command into exit 2.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,17 +118,14 @@ class Gate:
         self.note = note  # what qualifies every comparison (another machine's baseline)
         # both runs on the host backend's virtual clock: a run's figures are its code's alone
         self.exact = False
-        self._comparisons: int | None = None
 
-    @property
+    @functools.cached_property
     def comparisons(self) -> int:
         """How many gated comparisons the baseline's newest record offers (all its tests, each
         gated metric and kernel): their bounds share the run's error rate (``SUITE_RATE``),
         whichever of them this run selects."""
-        if self._comparisons is None:
-            tests = self.reference.newest_record.get("tests") if self.reference.store is not None else None
-            self._comparisons = gated_comparisons(self.gating, tests if isinstance(tests, list) else ())
-        return self._comparisons
+        tests = self.reference.newest_record.get("tests") if self.reference.store is not None else None
+        return gated_comparisons(self.gating, tests if isinstance(tests, list) else ())
 
     @property
     def where(self) -> str:

@@ -250,7 +250,7 @@ class Change:
         if self.baseline is None or self.current is None:
             side = "baseline" if self.baseline is None else "this run"
             return f"{what}: not in {side}"
-        fmt = _formatter(t.metric)
+        fmt = formatter(t.metric)
         change = self.current - self.baseline
         relative = f", {100 * change / self.baseline:+.1f}%" if self.baseline else ""
         test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
@@ -327,7 +327,7 @@ def rounds_needed(other: int) -> int:
     return next((k for k in range(1, 200) if can_fail(k, other)), 0)
 
 
-def _formatter(metric: str) -> Callable[..., str]:
+def formatter(metric: str) -> Callable[..., str]:
     if is_fraction(metric):
         return lambda v, signed=False: f"{100 * v:+.2f}pt" if signed else f"{100 * v:.2f}%"
     described = descriptors.lookup(metric)

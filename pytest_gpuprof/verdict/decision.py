@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.run_spread import POWER, tolerance_factor
-from pytest_gpuprof.verdict.compare import Change, Comparison, kernel_names, rounds_needed
+from pytest_gpuprof.verdict.compare import Change, Comparison, formatter, kernel_names, rounds_needed
 
 Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
 # ``gpuprof ab``'s interval of one look: 96%, each end a one-sided 98% bound, so that no
@@ -412,7 +412,7 @@ def _short(c: Mapping[str, Any]) -> str:
     before, after, finding = c.get("before"), c.get("after"), str(c.get("finding"))
     if finding in ("appeared", "vanished", "absent") or before is None or after is None:
         return str(c.get("line") or f"{label}: {finding}")
-    fmt = (lambda v: f"{100 * v:.2f}%") if is_fraction(str(c.get("metric"))) else (lambda v: f"{v:.3f}")
+    fmt = formatter(str(c.get("metric")))  # as the full line writes it: 12,582,912 B, 41.87%
     relative = f" ({100 * (after - before) / before:+.1f}%)" if before else ""
     sure = [f"p={c['p']:.2g}"] if isinstance(c.get("p"), float) else []
     spread = c.get("between_runs") if isinstance(c.get("between_runs"), Mapping) else None

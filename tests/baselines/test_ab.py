@@ -262,6 +262,10 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_no_worktree(repo, monkeypatch, c
     assert cli.main(["ab", "--base", "main", "--"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "gpuprof ab: interrupted; what it had made is removed"
     assert len(_worktrees(repo)) == 1
+    import subprocess
+
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
+    assert status.stdout == ""  # the repository exactly as it was
     assert not any(tree.exists() for tree in made if "gpuprof-ab-" in str(tree))
 
 

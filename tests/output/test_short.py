@@ -42,3 +42,22 @@ def test_a_five_test_comparison_with_one_regression_fits_a_screen(pytester, monk
     verbose = pytester.runpytest(*GATE, "-v")
     assert len(_block(verbose.stdout.lines)) > len(block)
     verbose.stdout.fnmatch_lines(["*kernel_ms: baseline 6.000 -> 7.200 (+1.200, +20.0%; limit kernel_ms:+5%*"])
+
+
+def test_a_short_line_writes_each_figure_in_its_own_unit():
+    from pytest_gpuprof.verdict.decision import _short
+
+    line = _short(
+        {
+            "metric": "memory.peak_bytes",
+            "line": "memory.peak_bytes: baseline 10,485,760 B -> ...",
+            "before": 10485760.0,
+            "after": 12582912.0,
+            "finding": "regression",
+            "p": 0.004,
+            "gates": True,
+        }
+    )
+    assert line == "memory.peak_bytes 10,485,760 B -> 12,582,912 B (+20.0%): regression, p=0.004"
+    utilization = _short({"metric": "utilization", "before": 0.4187, "after": 0.3549, "finding": "inconclusive"})
+    assert utilization.startswith("utilization 41.87% -> 35.49% (-15.2%): inconclusive")
