@@ -89,14 +89,17 @@ def show(report: dict[str, Any], shape: tuple[tuple[str, ...], str | None, str |
     return lines
 
 
-def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None) -> tuple[list[str], bool, bool]:
+def compare(
+    gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None, every: bool = False
+) -> tuple[list[str], bool, bool]:
     """Each test of ``new`` against the gate's baseline (the same ``Gate.compare`` as the
     pytest gate's), then the gate's headline and each undecided test; ``base``: the report
-    given by its path, whose tests ``new`` lacks are listed as gone. Whether a test
-    regressed, and whether one was undecided."""
-    from pytest_gpuprof.verdict.decision import RunGate, gate_entry
+    given by its path, whose tests ``new`` lacks are listed as gone. One screen, as the
+    pytest gate's terminal shows it (``short_lines``; the unchanged tests counted), or
+    ``every`` line. Whether a test regressed, and whether one was undecided."""
+    from pytest_gpuprof.verdict.decision import RunGate, gate_entry, short_lines
 
-    lines = []
+    lines: list[str] = []
     if gate.note:
         lines.append(f"note: {gate.note}")
     regressed = False
@@ -105,16 +108,17 @@ def compare(gate: Gate, new: dict[str, Any], base: dict[str, Any] | None = None)
         comparison = gate.compare(test["nodeid"], test)
         if comparison.error:  # the comparison itself failed: the command's error, exit 2
             raise BaselineError(f"{test['nodeid']}: {comparison.why_not}")
-        lines += decided_lines(comparison)
         regressed |= bool(comparison.regressed)
-        judged.append(
-            {
-                "nodeid": test["nodeid"],
-                "gate": gate_entry(comparison),
-                "baseline": comparison.record(),
-                "comparisons": comparison.change_records(),
-            }
-        )
+        entry = {
+            "nodeid": test["nodeid"],
+            "gate": gate_entry(comparison),
+            "baseline": comparison.record(),
+            "comparisons": comparison.change_records(),
+        }
+        judged.append(entry)
+        lines += decided_lines(comparison) if every else short_lines(entry)
+    if quiet := (0 if every else sum(not short_lines(entry) for entry in judged)):
+        lines.append(f"{quiet} test(s) unchanged (-v shows every line)")
     if base is not None:
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})
         lines.extend(f"{nodeid}: gone (only in the baseline)" for nodeid in gone)
@@ -274,6 +278,7 @@ def _add_compare(commands: Commands) -> None:
     )
     _storage(p, "machine id (default: every machine / NEW's)")
     _undecided(p)
+    _verbose(p)
 
 
 def _add_merge(commands: Commands) -> None:
@@ -371,6 +376,7 @@ def _add_ab(commands: Commands) -> None:
         help="measure the working tree with its uncommitted changes as the head (refused otherwise); said first and last",
     )
     _undecided(p)
+    _verbose(p)
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then pytest's arguments")
 
 
@@ -381,6 +387,16 @@ def _undecided(p: argparse.ArgumentParser) -> None:
         default="warn",
         help="a gated test the comparison cannot decide (its threshold within the noise): warn (exit 0, named and "
         "counted) or fail (exit 1) (default warn)",
+    )
+
+
+def _verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="every line of every test (rounds, p, the spread, the bound); by default one screen: what changed "
+        "or was undecided, one short line each, the unchanged tests counted",
     )
 
 
@@ -401,7 +417,7 @@ def _ab(args: argparse.Namespace) -> int:
         allow_dirty=args.allow_dirty,
         run_timeout=args.run_timeout,
     )
-    print("\n".join(outcome.lines()))
+    print("\n".join(outcome.lines(every=args.verbose)))
     try:
         ab.report(outcome, args.report)
     except OSError as e:
@@ -453,7 +469,7 @@ def _main(argv: Sequence[str] | None) -> int:
             new = load(args.new)
             gate = _gate(args, new)
             base = gate.reference.newest_record if gate.reference.store is None else None
-            lines, regressed, undecided = compare(gate, new, base)
+            lines, regressed, undecided = compare(gate, new, base, every=args.verbose)
             print("\n".join(lines))
             return 1 if regressed or (undecided and args.undecided == "fail") else 0
         _output(args.output)

@@ -37,7 +37,7 @@ def test_compare_names_a_metric_in_neither_report_as_such(tmp_path, capsys):
     from pytest_gpuprof import cli
 
     a, b = _report(tmp_path, "a.json"), _report(tmp_path, "b.json")
-    assert cli.main(["compare", str(a), str(b), "--fail", "steps.uplod.host_ms:+5%"]) == 0
+    assert cli.main(["compare", str(a), str(b), "--fail", "steps.uplod.host_ms:+5%", "-v"]) == 0
     out = capsys.readouterr().out
     assert "steps.uplod.host_ms: not measured in the baseline nor in this run: this gate cannot act" in out
     assert "gate inert: steps.uplod.host_ms:+5%" in out and "not in baseline" not in out

@@ -35,7 +35,7 @@ from pytest_gpuprof.analysis.run_spread import POWER, paired_detectable_factor, 
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
-from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, Decision, ab_pairs_needed
+from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, Decision, ab_pairs_needed, fit
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 
 Side = Literal["base", "current"]
@@ -116,6 +116,16 @@ class Effect:
         return (
             f"{what}: effect {shown(self.effect)} {interval} over {self.pairs} pairs{detect}; "
             f"limit {self.threshold.text}: {self.verdict}{note}"
+        )
+
+    def brief(self) -> str:
+        """The effect on one screen's line: ``test: kernel_ms +3.1% [1.2% .. 5.0%] over 5
+        pairs, limit kernel_ms:+1%: regression``."""
+        shown = _shown(self.threshold)
+        interval = f" [{shown(self.low)} .. {shown(self.high)}]" if self.low is not None else ""
+        return (
+            f"{self.nodeid}: {self.label} {shown(self.effect)}{interval} over {self.pairs} pairs, "
+            f"limit {self.threshold.text}: {self.verdict}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -427,11 +437,21 @@ class Outcome:
             if set(c) <= {"skipped", "xfailed"} and n in base and set(base[n]) - {"skipped", "xfailed"}
         )
 
-    def lines(self) -> list[str]:
+    def lines(self, every: bool = False) -> list[str]:
+        """What the command prints: one screen (each regression and improvement on one
+        short line, the unchanged effects counted, then what failed, appeared or was
+        undecided), or ``every`` effect's full line."""
         head = f"gpuprof ab: {self.pairs} pairs of runs, base {self.base} ({self.commit[:12]}) against the current tree"
         if self.dirty:
             head += f" (the working tree, with uncommitted changes: {_listed(self.dirty)})"
-        lines = [head, *(f"  {e.line()}" for e in self.effects)]
+        if every:
+            lines = [head, *(f"  {e.line()}" for e in self.effects)]
+        else:
+            moved = [e for e in self.effects if e.verdict in ("regression", "improvement")]
+            quiet = sum(e.verdict == "unchanged" for e in self.effects)
+            lines = [head, *(fit(f"  {e.brief()}") for e in moved)]
+            if quiet:
+                lines.append(f"  {quiet} effect(s) unchanged (-v shows every line)")
         for side, tests in self.failed().items():
             for nodeid, seen in sorted(tests.items()):
                 lines.append(f"  {nodeid}: failed in {SIDES[side]} ({_runs(seen)})")

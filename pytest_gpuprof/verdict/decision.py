@@ -387,9 +387,9 @@ def short_lines(entry: Mapping[str, Any]) -> list[str]:
     baseline = entry.get("baseline") if isinstance(entry.get("baseline"), Mapping) else {}
     status = (baseline or {}).get("status")
     if status == "new":
-        return [_fit(f"{nodeid}: new (not in the baseline)")]
+        return [fit(f"{nodeid}: new (not in the baseline)")]
     if status == "not compared":
-        return [_fit(f"{nodeid}: not compared: {(baseline or {}).get('why_not') or '?'}")]
+        return [fit(f"{nodeid}: not compared: {(baseline or {}).get('why_not') or '?'}")]
     gate = entry.get("gate") if isinstance(entry.get("gate"), Mapping) else None
     changes = [c for c in entry.get("comparisons") or () if isinstance(c, Mapping)]
     moved = [
@@ -399,7 +399,7 @@ def short_lines(entry: Mapping[str, Any]) -> list[str]:
     if decided in _QUIET and not any(c.get("gates") and c.get("inert") for c in changes):
         return []
     moved.sort(key=lambda c: (not c.get("gates"), c.get("finding") != "regression"))
-    out = [_fit(f"{nodeid}: {decided}"), *(_fit(f"    {_short(c)}") for c in moved[:SHORT_CHANGES])]
+    out = [fit(f"{nodeid}: {decided}"), *(fit(f"    {_short(c)}") for c in moved[:SHORT_CHANGES])]
     if len(moved) > SHORT_CHANGES:
         out.append(f"    and {len(moved) - SHORT_CHANGES} more (-v shows every line)")
     return out
@@ -430,5 +430,6 @@ def _short(c: Mapping[str, Any]) -> str:
     return f"{label} {fmt(before)} -> {fmt(after)}{relative}: {named}" + (f", {', '.join(sure)}" if sure else "")
 
 
-def _fit(line: str) -> str:
+def fit(line: str) -> str:
+    """A line cut to the short comparison's width, ``SHORT`` characters, its end marked."""
     return line if len(line) <= SHORT else line[: SHORT - 1] + "…"

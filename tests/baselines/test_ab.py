@@ -65,7 +65,7 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     argv = ["ab", "--base", "main", "--pairs", "5", "--seed", "1", "--fail", "kernel_ms:+2%,kernels:+2%"]
-    rc = cli.main([*argv, "--report", str(tmp_path / "ab.json"), "--", "-q"])
+    rc = cli.main([*argv, "-v", "--report", str(tmp_path / "ab.json"), "--", "-q"])
     out = capsys.readouterr().out
     assert rc == 1, out
     found = json.loads((tmp_path / "ab.json").read_text())

@@ -221,26 +221,33 @@ def test_a_budget_file_that_is_not_utf8_is_one_usage_error(suite):
     result.stderr.fnmatch_lines(["*budget.toml: not UTF-8 text*"])
 
 
-def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monkeypatch, capsys):
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["one screen", "every line"])
+def test_gpuprof_compare_and_the_pytest_gate_give_one_verdict_and_p(suite, monkeypatch, capsys, verbose):
     """One implementation: the command's lines for a report are the gate's lines for the
-    run that wrote it, p-values included, and both fail the same test."""
+    run that wrote it, p-values included, and both fail the same test: on one screen and
+    with every line."""
     from pytest_gpuprof import cli
 
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
     monkeypatch.setenv("GPUPROF_SLOW", "1")
-    result = suite.runpytest("-v", "--gpu-compare=main", GATE, "--gpu-report=r.json")
+    result = suite.runpytest(*verbose, "--gpu-compare=main", GATE, "--gpu-report=r.json")
     result.assert_outcomes(passed=1, failed=1)
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("compared with baseline "))
     # the section's indented block only: on CI (CI=1) pytest's short summary repeats the
     # failure's whole message, indented lines included
     block = itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1 :])
-    gate = [line.strip() for line in block]
+    # on one screen the heading's reason sits under it: "(the newest accepted baseline ...)"
+    gate = [line.strip() for line in block if not line.strip().startswith("(")]
     monkeypatch.chdir(suite.path)
     capsys.readouterr()  # what the pytest runs printed
-    assert cli.main(["compare", "main", "r.json", "--fail", GATE.split("=", 1)[1]]) == 1
+    assert cli.main(["compare", "main", "r.json", "--fail", GATE.split("=", 1)[1], *verbose]) == 1
     command = [line.strip() for line in capsys.readouterr().out.splitlines()]
-    assert command[:-1] == gate and any("p=" in line and line.endswith(": regression") for line in command)
+    # the unchanged tests' count ends by naming how to see them: -v (the command), -v or
+    # --gpu-summary=all (pytest)
+    assert [line.split(" (-v")[0] for line in command[:-1]] == [line.split(" (-v")[0] for line in gate]
+    assert any("p=" in line and line.endswith(": regression") for line in command) == bool(verbose)
+    assert any("p=" in line and ": regression" in line for line in command)
     assert command[-1].startswith("gpuprof gate against 'main' (") and command[-1].endswith(
         ": 1 regression, 1 unchanged"
     )

@@ -274,6 +274,8 @@ def test_cli_show_compare_merge_exit_codes(tmp_path, capsys):
     assert cli.main(["compare", str(base), str(same), "--fail", "wall_ms:+10%"]) == 0
     assert "t::b: new" in capsys.readouterr().out
     assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:+10%"]) == 1
+    assert "t::a: regression\n    wall_ms 10.000 -> 14.000 (+40.0%): regression, p=0.004\n" in capsys.readouterr().out
+    assert cli.main(["compare", str(base), str(slow), "--fail", "wall_ms:+10%", "-v"]) == 1
     out = capsys.readouterr().out
     assert (
         "wall_ms: baseline 10.000 -> 14.000 (+4.000, +40.0%; limit wall_ms:+10%; 5 vs 5 rounds; one-sided Mann-Whitney p=0.00397): "

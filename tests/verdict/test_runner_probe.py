@@ -90,7 +90,7 @@ def test_gpuprof_compare_prints_the_probes_and_fails_slower_code_on_any_runner(t
         files[name] = tmp_path / f"{name}.json"
         files[name].write_text(json.dumps(report(test)))
     for runner, probe in (("fast", "0.300"), ("slow", "5.000")):
-        assert cli.main(["compare", str(files["base"]), str(files[runner]), "--fail", "wall_ms:+2%"]) == 1
+        assert cli.main(["compare", str(files["base"]), str(files[runner]), "--fail", "wall_ms:+2%", "-v"]) == 1
         out = capsys.readouterr().out
         assert f"): regression (runner probe 0.700 ms in the baseline, {probe} ms now)" in out
 
