@@ -128,3 +128,63 @@ def test_every_page_is_linked_from_the_readme():
     readme = (ROOT / "README.md").read_text()
     for page in (ROOT / "docs").glob("*.md"):
         assert f"(docs/{page.name})" in readme, page.name
+
+
+# a project as a user has it: a utilization floor for every test (the README's configuration
+# names one), the host backend's real clock where there is no GPU
+PROJECT = "[tool.gpuprof.budget]\nmin_utilization = 0.6\n"
+# the examples the pages introduce as failing: checked by their own tests
+FAILING = ("test_first_budget.py",)
+
+
+def _user_names(body: str) -> set[str]:
+    """The names a snippet uses that neither Python, its imports, its definitions nor its
+    functions' arguments give: the user's own code (``run_kernels``, ``batch``), which makes
+    it a fragment, not a module to run."""
+    import builtins
+
+    tree = ast.parse(body)
+    given = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            given |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            given.add(node.name)
+        elif isinstance(node, ast.arg):
+            given.add(node.arg)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            given.add(node.id)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return used - given
+
+
+def examples() -> list[tuple[str, str]]:
+    """Every snippet of the user's pages that is a test module to copy as it is: it defines
+    a test and uses nothing of the user's own."""
+    found = []
+    for page in PAGES:
+        for i, body in enumerate(fences(page, "python")):
+            if "def test_" in body and not _user_names(body) and not body.startswith(tuple(f"# {f}" for f in FAILING)):
+                found.append((f"{page.stem}-{i}", body))
+    return found
+
+
+def test_the_runnable_examples_are_found_and_the_fragments_name_the_users_code():
+    """The split below cannot hide an example: the hypothesis page's is one to run, and the
+    README's pipeline sketch is a fragment because it calls the user's ``run_kernels``."""
+    assert "hypothesis-0" in dict(examples())
+    readme = fences(ROOT / "README.md", "python")
+    assert {"run_kernels", "upload", "batch"} <= _user_names(readme[1])
+
+
+@pytest.mark.parametrize(("name", "body"), examples(), ids=[n for n, _ in examples()])
+def test_every_example_passes_where_a_user_copies_it(pytester, name, body):
+    """Copied as printed into a project with a project-wide utilization floor, run on the
+    clock a user without a GPU has (the host backend's real clock)."""
+    pytest.importorskip("hypothesis")
+    pytester.makefile(".toml", pyproject=PROJECT)
+    pytester.makepyfile(**{f"test_{name.replace('-', '_')}": body})
+    result = pytester.runpytest("--gpu-budget", "--gpu-host-clock=real", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 1 and not outcomes.get("skipped"), outcomes

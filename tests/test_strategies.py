@@ -212,7 +212,7 @@ def test_out_of_memory_names_the_size_and_the_free_memory(pytester):
         def test_too_big(gpu_workload):
             with pytest.raises(GpuOutOfMemory) as info:
                 gpu_workload.alloc(1 << 52)
-            assert "alloc of 4,503,599,627,370,496 bytes (4.19e+06 GiB) does not fit" in str(info.value)
+            assert "alloc of 4194304.00 GiB (4,503,599,627,370,496 B) does not fit" in str(info.value)
             assert "free of" in str(info.value)
 
         def test_then_clean(gpu_workload):

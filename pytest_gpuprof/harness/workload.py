@@ -16,11 +16,11 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis.metrics import Metrics
-from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.clock import Clock, Joinable, Lock
 from pytest_gpuprof.capture.device import GpuDevice
 from pytest_gpuprof.harness.profiler import Profiler
+from pytest_gpuprof.output.text import human_bytes
 
 Strategy = Literal["single-lock", "two-lock"]
 STRATEGIES: tuple[Strategy, ...] = ("single-lock", "two-lock")
@@ -64,8 +64,8 @@ class GpuWorkload:
             self.backend.trim()
             free, total = self.backend.memory_info()
             raise GpuOutOfMemory(
-                f"{what} of {nbytes:,} bytes ({nbytes / GIB:.3g} GiB) does not fit: "
-                f"{free:,} bytes ({free / GIB:.3g} GiB) free of {total / GIB:.3g} GiB on {self.device.name}"
+                f"{what} of {human_bytes(nbytes)} ({nbytes:,} B) does not fit: "
+                f"{human_bytes(free)} ({free:,} B) free of {human_bytes(total)} on {self.device.name}"
             ) from e
 
     def upload(

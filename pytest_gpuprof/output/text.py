@@ -7,7 +7,7 @@ breach (each metric's own, from its descriptor) and the text of a budget failure
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.descriptors import is_fraction, lookup
@@ -122,14 +122,14 @@ def explain(metrics: Metrics) -> list[str]:
     rounds = f"  (medians of {_rounds(metrics)} rounds)" if _rounds(metrics) > 1 else ""
     if metrics.kernel_ms is None or metrics.overhead_ms is None or metrics.utilization is None:
         return [
-            f"wall {metrics.wall_ms:.1f} ms; kernel time not measured{rounds}",
+            f"wall {_time_unit(metrics.wall_ms)(metrics.wall_ms)}; kernel time not measured{rounds}",
             *(f"note: {n}" for n in metrics.notes),
         ]
+    t = _time_unit(metrics.wall_ms)
     lines = [
-        f"wall {metrics.wall_ms:.1f} ms = kernels {metrics.kernel_ms:.1f} ms + kernel-idle {metrics.overhead_ms:.1f} ms"
-        + rounds
+        f"wall {t(metrics.wall_ms)} = kernels {t(metrics.kernel_ms)} + kernel-idle {t(metrics.overhead_ms)}" + rounds
     ]
-    lines.append(_idle_by_step(metrics))
+    lines.append(_idle_by_step(metrics, t))
     explained = host_in(metrics.idle_by_code, metrics.unattributed_ms)
     if explained:
         lines.append(f"{UNATTRIBUTED}, host in: {explained}")
@@ -162,23 +162,36 @@ def explain(metrics: Metrics) -> list[str]:
     return lines
 
 
-def _idle_by_step(metrics: Metrics) -> str:
-    """The kernel-idle charged to each step, with a copy step's size, rate and memory."""
+def _time_unit(wall_ms: float) -> Callable[[float], str]:
+    """How a window's times read: in ms, or in us where the whole window is under a
+    millisecond (a 4 us window is ``wall 4.0 us``, not ``wall 0.0 ms``); one unit for
+    every time of its lines."""
+    if wall_ms < 1.0:
+        return lambda x: f"{1000 * x:.1f} us"
+    return lambda x: f"{x:.1f} ms"
+
+
+def _idle_by_step(metrics: Metrics, t: Callable[[float], str]) -> str:
+    """The kernel-idle charged to each step, with a copy step's size, rate and memory;
+    the rate that the budget gates (the rounds' median where there are rounds), so that
+    a message gives one rate for one upload."""
     parts = []
     for name, idle_ms in metrics.idle_by_step():
         if name == UNATTRIBUTED:
-            parts.append(f"{UNATTRIBUTED} {idle_ms:.1f} ms")
+            parts.append(f"{UNATTRIBUTED} {t(idle_ms)}")
             continue
         step = metrics.steps[name]
         detail = ""
-        if step.bytes and step.gbps is not None:
+        rounds = metrics.rounds.get(f"steps.{name}.gbps")
+        gbps = rounds.median if rounds is not None else step.gbps
+        if step.bytes and gbps is not None:
             size = (
                 human_bytes(step.bytes)
                 if step.count <= 1
                 else f"{step.count} x {human_bytes(step.bytes // step.count)}"
             )
-            detail = f" ({size} @ {step.gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
-        parts.append(f"{name} {idle_ms:.1f} ms{detail}")
+            detail = f" ({size} @ {gbps:.1f} GB/s, {'pageable' if step.pageable else 'pinned'})"
+        parts.append(f"{name} {t(idle_ms)}{detail}")
     return "kernel-idle by step: " + ", ".join(parts)
 
 

@@ -61,3 +61,25 @@ def test_a_short_line_writes_each_figure_in_its_own_unit():
     assert line == "memory.peak_bytes 10,485,760 B -> 12,582,912 B (+20.0%): regression, p=0.004"
     utilization = _short({"metric": "utilization", "before": 0.4187, "after": 0.3549, "finding": "inconclusive"})
     assert utilization.startswith("utilization 41.87% -> 35.49% (-15.2%): inconclusive")
+
+
+def test_a_window_under_a_millisecond_reads_in_us_and_an_upload_has_one_rate():
+    """A 4 us window's times read in us (every one of its lines in one unit), a size in one
+    scale (``1.0 KiB``), and the idle line's rate is the rate the budget gates: the rounds'
+    median, where the shown window moved its bytes at another."""
+    from pytest_gpuprof.analysis.metrics import Metrics
+    from pytest_gpuprof.analysis.stats import Summary
+    from pytest_gpuprof.analysis.step_metrics import StepMetrics
+    from pytest_gpuprof.output.text import explain
+
+    step = StepMetrics(count=1, host_ms=0.003, host_ms_max=0.003, idle_ms=0.003, bytes=1024, gbps=0.6, pageable=False)
+    rate = Summary(median=0.3, min=0.2, max=0.6, iqr=0.1, samples=(0.2, 0.3, 0.6))
+    metrics = Metrics(
+        wall_ms=0.004, kernel_ms=0.001, copy_ms=0.003, busy_ms=0.004, utilization=0.25, busy_utilization=1.0,
+        reported_utilization=None, discrepancy=None, overhead_ms=0.003, unattributed_ms=0.0, kernels=1,
+        truth="host", steps={"upload": step}, rounds={"steps.upload.gbps": rate, "wall_ms": rate},
+    )  # fmt: skip
+    lines = explain(metrics)
+    assert lines[0] == "wall 4.0 us = kernels 1.0 us + kernel-idle 3.0 us  (medians of 3 rounds)", lines
+    assert "upload 3.0 us (1.0 KiB @ 0.3 GB/s, pinned)" in lines[1], lines
+    assert "0.6" not in lines[1] and " ms" not in " ".join(lines[:2])
