@@ -88,7 +88,8 @@ def history(
     summaries = [s for s in summaries if not s.damaged]  # ``skipped`` names them
     full = not set(metrics) <= set(storage_store.SUMMARY_METRICS)
     records = store.read_many([s.key for s in summaries]) if full else {}
-    tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)})
+    drawn = {n for s in summaries for n in s.drawn}  # ``skipped`` names them
+    tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)} - drawn)
     out = []
     for nodeid in tests:
         runs: dict[str, list[Run]] = {metric: [] for metric in metrics}
@@ -234,7 +235,8 @@ points (a level shift beyond the noise of the runs around it) as dashed lines wi
 
 def skipped(store: storage_store.Store, summaries: Sequence[storage_store.Summary], pattern: str = "*") -> list[str]:
     """What a history left out, a line each: the damaged records (``prune`` removes them)
-    and the test entries with a field a figure cannot be read from."""
+    and the test entries with a field a figure cannot be read from; the tests measured
+    inside hypothesis examples, whose figures depend on the sizes drawn: not a trend."""
     lines = [f"skipped {store.where(key)}: {why} (gpuprof prune removes it)" for key, why in store.damaged.items()]
     lines += [f"warning: {store.where(key)} {why}" for key, why in store.doubtful.items()]
     for s in summaries:
@@ -243,4 +245,10 @@ def skipped(store: storage_store.Store, summaries: Sequence[storage_store.Summar
             for nodeid, problem in s.problems.items()
             if fnmatch.fnmatchcase(nodeid, pattern)
         ]
+    drawn = sorted({n for s in summaries for n in s.drawn if fnmatch.fnmatchcase(n, pattern)})
+    lines += [
+        f"not charted: {nodeid}: measured inside hypothesis examples, its figures are the last example's, "
+        "whose sizes were drawn (they change with the draw, not the code)"
+        for nodeid in drawn
+    ]
     return lines

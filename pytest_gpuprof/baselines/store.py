@@ -182,6 +182,9 @@ class Summary:
     problems: dict[str, str] = field(default_factory=dict)  # nodeid: why its entry is unusable
     damaged: str | None = None  # why the record cannot be read at all (``prune`` removes it)
     stored: float | None = None  # when the store wrote it (seconds since the epoch), from its listing
+    # the tests measured inside hypothesis examples: their figures are the last example's,
+    # whose sizes were drawn (``history`` charts no trend of them)
+    drawn: list[str] = field(default_factory=list)
 
     def order(self) -> tuple[float, str, str]:
         """The store's write order; the record's own date only breaks a tie."""
@@ -224,6 +227,7 @@ class Summary:
             refused=not_accepted(record),
             tests=tests,
             problems=problems,
+            drawn=[t["nodeid"] for t in record["tests"] if t.get("examples")],
         )
 
 

@@ -75,6 +75,7 @@ def build(
         breaches=counted,
         enforced=enforced,
         windows=len(windows),
+        examples=sum(w.example for w in windows),
         device=device,
         checks=checks,
         expected=expected,

@@ -60,6 +60,7 @@ class GpuRecord:
     breaches: list[Breach]  # that count against the test: the reported window's, or an uncaught check()'s
     enforced: bool
     windows: int = 1
+    examples: int = 0  # of the windows, those measured inside hypothesis examples
     outcome: str = "passed"  # the final run's, where a rerun plugin repeated the test
     xfail: bool = False
     reruns: int = 0  # how many times a rerun plugin repeated it before that outcome
@@ -167,6 +168,8 @@ class GpuRecord:
             out["outside_windows"] = self.outside
         if self.xfail:
             out["xfail"] = True
+        if self.examples:
+            out["examples"] = self.examples
         return out
 
 

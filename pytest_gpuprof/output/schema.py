@@ -100,6 +100,7 @@ def _test() -> dict[str, Any]:
                 "properties": {"limits": {"type": "object"}, "breaches": breaches},
             },
             "windows": {"type": "integer", "minimum": 1},
+            "examples": {"type": "integer", "minimum": 1},
             "verdict": {"type": "string"},
             "judgement": {
                 "type": "object",

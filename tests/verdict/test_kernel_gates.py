@@ -171,3 +171,41 @@ def test_history_marks_the_runs_a_gate_would_stop_with_the_gates_own_rule():
     assert outside_the_spread([*steady, 8.0]) == (7,)  # either way from the level
     assert outside_the_spread([*steady, 12.0, 12.1]) == (7,)  # 12.0 began a level; 12.1 is of it
     assert outside_the_spread([10.0, 10.0]) == ()  # two runs: no spread to judge by
+
+
+DRAWN = """
+from hypothesis import given, settings
+from pytest_gpuprof.strategies import buffer_sizes
+
+
+def test_loop(gpu_workload, gpuprof):
+    gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=3, warmup=0)
+
+
+@settings(settings.get_profile("gpuprof"), max_examples=4)
+@given(size=buffer_sizes(1 << 10, 1 << 24))
+def test_sizes(gpuprof, gpu_workload, size):
+    gpuprof.measure(lambda: gpu_workload.upload(size), rounds=1, warmup=0)
+"""
+
+
+def test_a_hypothesis_test_is_not_charted_as_a_trend_and_the_history_says_why(pytester, capsys, tmp_path):
+    """Its figures are those of the last example, whose sizes were drawn: a trend of them
+    would chart the draw. The record counts its examples; the history names it on stderr,
+    not charted, and charts the other test as before."""
+    import json
+
+    from pytest_gpuprof import cli
+
+    pytest.importorskip("hypothesis")
+    pytester.makepyfile(DRAWN)
+    for i in range(3):
+        result = pytester.runpytest(f"--gpu-save=run{i}", "--gpu-host-clock=virtual", "--gpu-report=r.json")
+        result.assert_outcomes(passed=2)
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    assert tests["test_sizes"]["examples"] >= 1 and "examples" not in tests["test_loop"]
+    capsys.readouterr()
+    assert cli.main(["history", "--storage", str(pytester.path / ".gpuprof")]) == 0
+    out, err = capsys.readouterr()
+    assert "test_loop" in out and "test_sizes" not in out
+    assert "::test_sizes: measured inside hypothesis examples" in err
