@@ -104,8 +104,12 @@ def compare(
         lines.append(f"note: {gate.note}")
     regressed = False
     judged = []
+    # what else changes kernels (driver, CUDA, libraries) as NEW recorded it: a change named
+    # beside the verdict, as the pytest gate names it
+    environment = new["machine"].get("environment")
+    environment = {str(k): str(v) for k, v in environment.items()} if isinstance(environment, dict) else None
     for test in new["tests"]:
-        comparison = gate.compare(test["nodeid"], test)
+        comparison = gate.compare(test["nodeid"], test, environment)
         if comparison.error:  # the comparison itself failed: the command's error, exit 2
             raise BaselineError(f"{test['nodeid']}: {comparison.why_not}")
         regressed |= bool(comparison.regressed)
@@ -129,7 +133,12 @@ def compare(
 
 
 def _output(path: Path) -> None:
-    """Where ``merge -o`` writes: a file in a folder that exists."""
+    """Where ``merge -o`` writes: a file in a folder that exists, of a name a file system holds."""
+    from pytest_gpuprof.harness.checks import name_problem, shown_path
+
+    problem = name_problem(path)
+    if problem is not None:
+        raise BaselineError(f"-o {shown_path(path)}: {problem}")
     if path.is_dir():
         raise BaselineError(f"-o {path}: is a folder; give a file path")
     if not path.parent.is_dir():
@@ -482,6 +491,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     except (BaselineError, CompareError) as e:
         print(f"gpuprof {args.command}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the system refused (a name too long): named, never a traceback
+        where = str(e.filename)[:120] if e.filename is not None else "a file"
+        print(f"gpuprof {args.command}: {where}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gpuprof {args.command}: interrupted; what it had made is removed", file=sys.stderr)

@@ -114,6 +114,8 @@ def _start(config: pytest.Config) -> GpuSession:
         settings = Settings.from_pytest_config(config)
     except ConfigError as e:
         raise pytest.UsageError(f"pytest-gpuprof: {e}") from None
+    except OSError as e:  # a path the checks let by that the system refused: named, never a traceback
+        raise pytest.UsageError(f"pytest-gpuprof: {str(e.filename)[:120]}: {e.strerror or e}") from None
     if "hypothesis" in sys.modules or config.getoption("hypothesis_profile", None) == "gpuprof":
         # the package's "hypothesis" entry point registers the profile as hypothesis is
         # imported; this covers a plugin loaded by -p from a path that installed nothing

@@ -105,3 +105,50 @@ def test_show_lays_a_report_out_as_a_table_of_the_columns_asked_for(tmp_path, ca
     assert "a.py::t1: ?, wall 10.0 ms, utilization 90.0%" in capsys.readouterr().out
     assert cli.main(["show", str(path), "--sort", "fastest"]) == 2
     assert "'fastest' names no metric" in capsys.readouterr().err
+
+
+LONG = "x" * 300  # a name past the 255 bytes a file system holds
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu-report={}.json"],
+        ["--gpu-html={}.html"],
+        ["--gpu-csv={}.csv"],
+        ["--gpu-trace={}"],
+        ["--gpu-budget-file={}.toml"],
+        ["--gpu-storage={}", "--gpu-save=main"],
+        ["--gpu-storage={}", "--gpu-compare=main"],
+    ],
+    ids=["report", "html", "csv", "trace", "budget-file", "storage-save", "storage-compare"],
+)
+def test_a_name_too_long_for_a_file_system_is_one_usage_line(pytester, args):
+    """Each once ended in INTERNALERROR (OSError: File name too long) from deep inside."""
+    pytester.makepyfile("def test_a(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    result = pytester.runpytest(*(a.format(LONG) for a in args), "--gpu-host-clock=virtual")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-400:] + result.stderr.str()[-400:]
+    err = result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str() + err and "Traceback" not in err
+    assert args[0].split("=")[0] in err or "File name too long" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["merge", "{report}", "-o", "{long}.json"],
+        ["compare", "{report}", "{long}.json"],
+        ["compare", "{long}.json", "{report}"],
+        ["show", "{long}.json"],
+        ["export", "{report}", "--format", "bmf", "-o", "{long}.json"],
+    ],
+    ids=["merge-o", "compare-new", "compare-base", "show", "export-o"],
+)
+def test_a_command_given_a_name_too_long_says_so_in_one_line(tmp_path, capsys, argv):
+    from pytest_gpuprof import cli
+
+    report = _report(tmp_path, "r.json")
+    code = cli.main([a.format(report=report, long=tmp_path / LONG) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"gpuprof {argv[0]}: ")

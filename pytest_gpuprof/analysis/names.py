@@ -216,3 +216,13 @@ def short_names(names: Iterable[str]) -> dict[str, str]:
         used.add(name)
         out[n] = name
     return out
+
+
+def clean(text: str) -> str:
+    """``text`` another user or program wrote (a report, a store's record, a lock's
+    who-file), as a terminal may print it: control characters (an escape sequence that
+    would move the cursor, clear the screen or retitle the window) and lone surrogates
+    shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_gpuprof.analysis import descriptors
+from pytest_gpuprof.analysis.names import clean
 from pytest_gpuprof.output.schema import SCHEMA
 
 
@@ -106,8 +107,10 @@ def parse(text: str, path: str, strict: bool = False) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BaselineError(f"{path}: not a gpuprof report (top level is {type(data).__name__})")
     schema = data.get("schema")
-    if not isinstance(schema, int):
+    if isinstance(schema, bool) or not isinstance(schema, int):
         raise BaselineError(f"{path}: not a gpuprof report (no schema number)")
+    if schema < 1:
+        raise BaselineError(f"{path}: schema {schema} is no schema pytest-gpuprof ever wrote (they count from 1)")
     if schema > SCHEMA:
         raise NewerSchema(f"{path}: schema {schema} is newer than this pytest-gpuprof reads ({SCHEMA}); upgrade it")
     machine, tests = data.get("machine"), data.get("tests")
@@ -165,6 +168,8 @@ def entry_problem(test: dict[str, Any]) -> str | None:
         if implausible is not None:
             return f"rounds.{path}.samples: {implausible!r} ms is impossible: {_why_not_ms(implausible, path)}"
     wall = metrics.get("wall_ms")
+    if isinstance(wall, int | float) and not isinstance(wall, bool) and wall < 0:
+        return f"metrics.wall_ms: {wall!r} ms is impossible: a window's wall time is never negative"
     if isinstance(wall, int | float) and not isinstance(wall, bool) and not _plausible_ms(wall, "wall_ms"):
         return f"metrics.wall_ms: {wall!r} ms is impossible: {_why_not_ms(wall, 'wall_ms')}"
     return None
@@ -217,15 +222,6 @@ def _kind(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**300:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     return type(value).__name__
-
-
-def clean(text: str) -> str:
-    """``text`` read from a report or a store, as a terminal may print it: control
-    characters (an escape sequence that would move the cursor or recolour the screen) and
-    lone surrogates shown escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def merge(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> dict[str, Any]:

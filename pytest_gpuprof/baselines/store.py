@@ -560,6 +560,15 @@ class Store:
             why += f", each test pooled over its {pooled} newest accepted baselines"
         if passed_over:
             why += f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}"
+        # a newer record of the name that cannot be read: the run meant to be the baseline,
+        # maybe; named, never passed over in silence
+        damaged = [
+            f"{s.key.rsplit('/', 1)[-1]} is damaged ({s.damaged}), gpuprof prune removes it"
+            for s in everything
+            if s.damaged and (wanted is None or s.name == wanted) and s.order() > newest.order()
+        ]
+        if damaged:
+            why += f"; warning: passed over {len(damaged)} newer record(s) that cannot be read: {'; '.join(damaged)}"
         doubtful = [f"{key.rsplit('/', 1)[-1]} {text}" for key, text in self.doubtful.items()]
         if doubtful:
             why += f"; warning: {'; '.join(doubtful)}"

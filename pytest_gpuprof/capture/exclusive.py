@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from pytest_gpuprof.analysis.names import clean
+
 # one folder for every user of the host: sticky and world-writable, as /tmp itself
 LOCKS = Path(tempfile.gettempdir()) / "pytest-gpuprof-locks"
 # "KEY PID" while process PID holds device KEY: the processes it starts (a pytest inside a
@@ -122,33 +124,52 @@ def write_who(lock: Path, text: str) -> None:
         os.close(fd)
 
 
-def holder_of(fd: int, lock: Path) -> str:
-    """Who holds the lock on ``fd``'s file, from the kernel's table of locks: ``pid N (user
-    U): TEST`` (the test as the holder's user wrote it), or what could be read of it."""
+def _holder_pid(fd: int, lock: Path) -> str | None:
+    """The pid that holds the lock on ``lock`` (``fd``'s file), from the kernel's table."""
     info = os.fstat(fd)
     device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
-    pids = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
             if "->" in fields or len(fields) < 6 or not fields[1] == "FLOCK":
                 continue
             if fields[5] == device or fields[5].endswith(f":{info.st_ino}"):
-                pids.append(fields[4])
-    if not pids:
+                return fields[4]
+    return None
+
+
+def _said_by(fd: int, lock: Path) -> tuple[str | None, str, str]:
+    """The holder's pid, and what its who-file says of the hold: the test, and the pytest
+    run it belongs to (``run``: the run's id, shared by its xdist workers), each ``""``
+    where unknown. Another user may have written the file: it is a claim, cleaned."""
+    pid = _holder_pid(fd, lock)
+    if pid is None:
+        return None, "", ""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        said = _who_path(lock, uid).read_text(errors="replace")
+    except OSError:
+        return pid, "", ""
+    first, _, rest = said.partition("\n")
+    prefix, _, what = first.strip().partition(": ")
+    if prefix != f"pid {pid}":
+        return pid, "", ""
+    run = next((line[4:].strip() for line in rest.splitlines() if line.startswith("run ")), "")
+    # another user wrote it: no escape sequence of theirs reaches a terminal
+    return pid, clean(what[:300]), clean(run[:100])
+
+
+def holder_of(fd: int, lock: Path) -> str:
+    """Who holds the lock on ``fd``'s file, from the kernel's table of locks: ``pid N (user
+    U): TEST`` (the test as the holder's user wrote it, cleaned), or what could be read of it."""
+    pid, test, _ = _said_by(fd, lock)
+    if pid is None:
         return "a process this one cannot see"
-    pid = pids[0]
     try:
         uid = os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return f"pid {pid}"
-    test = ""
-    with contextlib.suppress(OSError):
-        said = _who_path(lock, uid).read_text(errors="replace").strip()
-        prefix, _, what = said.partition(": ")
-        if prefix == f"pid {pid}":
-            test = f": {what[:300]}"
-    return f"pid {pid} (user {_user(uid)}){test}"
+    return f"pid {pid} (user {_user(uid)})" + (f": {test}" if test else "")
 
 
 class DeviceLock:
@@ -161,11 +182,18 @@ class DeviceLock:
         folder: Path | None = None,
         timeout_s: float = 600.0,
         say: Callable[[str], None] | None = None,
+        run: str | None = None,
     ) -> None:
         self.key = key
         self.path = (LOCKS if folder is None else folder) / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.lock"
         self.timeout_s = timeout_s
         self.say = say or (lambda line: None)
+        # the pytest run this process belongs to (its xdist workers share it): a sibling
+        # worker's hold is waited for without the timeout, as a queue
+        self.run = run
+        # the line of a wait given up on: the session's later tests are refused with it at
+        # once while the same hold lasts, instead of each waiting the timeout again
+        self.gave_up: str | None = None
         self._fd: int | None = None
         self._held_path: Path | None = None
         self._inherited: str | None = None  # HELD as this process found it
@@ -194,10 +222,13 @@ class DeviceLock:
         start = time.monotonic()
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
+            self.gave_up = None  # the hold given up on is over
             return 0.0, ""
         except BlockingIOError:
             pass
         holder = holder_of(fd, path)
+        if self.gave_up is not None:  # the hold this session gave up on, most likely: once is enough
+            raise LockError(f"{self.gave_up}; refused at once: this session waited for it once already")
         self.say(f"gpuprof: waiting for GPU {self.key}, held by {holder}")
         second = os.dup(fd)
         got, guard = threading.Event(), threading.Lock()
@@ -214,23 +245,51 @@ class DeviceLock:
 
         helper = threading.Thread(target=take, name="gpuprof-device-lock", daemon=True)
         helper.start()
-        while not got.wait(max(0.0, min(SAY_EVERY_S, self.timeout_s - (time.monotonic() - start)))):
-            waited = time.monotonic() - start
-            if waited >= self.timeout_s:
+        counted = start  # the timeout counts from here; a sibling worker's hold moves it on
+        said = start
+        while not got.wait(max(0.0, min(SAY_EVERY_S, self.timeout_s - (time.monotonic() - counted)))):
+            now = time.monotonic()
+            if now - counted >= self.timeout_s and self._sibling(fd, path):
+                counted = now  # queued behind a worker of this run: no timeout on its own test
+                if now - said >= SAY_EVERY_S or said == start:
+                    said = now
+                    self.say(
+                        f"gpuprof: still waiting for GPU {self.key} ({now - start:.0f} s), held by a worker of this run"
+                    )
+                continue
+            if now - counted >= self.timeout_s:
                 with guard:
                     if not state["done"]:
                         state["cancelled"] = True
-                        raise LockError(
+                        self.gave_up = (
                             f"gpuprof: waited {self.timeout_s:g} s for GPU {self.key}, held by "
                             f"{holder_of(fd, path)}: giving up (--gpu-lock-timeout, lock_timeout in [tool.gpuprof])"
                         )
+                        raise LockError(self.gave_up)
                 break
+            said = now
             self.say(
-                f"gpuprof: still waiting for GPU {self.key} ({waited:.0f} s of {self.timeout_s:g}), held by {holder_of(fd, path)}"
+                f"gpuprof: still waiting for GPU {self.key} ({now - counted:.0f} s of {self.timeout_s:g}), "
+                f"held by {holder_of(fd, path)}"
             )
         os.close(second)  # the lock stays with ``fd``: the same open file
         helper.join()  # it set ``got`` as its last step: no thread of the wait outlives it
+        self.gave_up = None  # the hold is over: a later one gets a wait of its own
         return (time.monotonic() - start) * 1000, holder
+
+    def _sibling(self, fd: int, path: Path) -> bool:
+        """Whether the holder is a worker of this same pytest run (its who-file says so, by
+        the run's id): workers of one session queue for the device, they never time out on
+        each other. Another user's file may claim it; it gains a wait, never a window."""
+        if not self.run:
+            return False
+        pid, _, run = _said_by(fd, path)
+        if pid is None:  # the hold just ended: the wait's helper takes the lock in a moment
+            return True
+        try:
+            return run == self.run and os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+        except OSError:  # the holder has just gone
+            return True
 
     def acquire(self, who: str) -> tuple[float, str]:
         """Hold the device; ``who`` is said to waiters. Returns the time waited (ms) and,
@@ -245,7 +304,7 @@ class DeviceLock:
         except BaseException:
             os.close(fd)
             raise
-        write_who(path, f"pid {os.getpid()}: {who}")
+        write_who(path, f"pid {os.getpid()}: {who}" + (f"\nrun {self.run}" if self.run else ""))
         self._fd, self._held_path = fd, path
         os.environ[HELD] = f"{self.key} {os.getpid()}"
         return waited_ms, holder

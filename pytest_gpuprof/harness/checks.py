@@ -31,10 +31,34 @@ def check_number(key: str, value: Any, source: str) -> None:
     check.number(value, key, source, FILE_KEYS[key], ConfigError)
 
 
+# what a Linux file system holds: a name of 255 bytes, a path of 4,096 (with its NUL)
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as a one-line message shows it: one past a screen's width cut in its middle."""
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+
+
+def name_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why the file system cannot hold ``path`` (a name too long), or ``None``: asked of
+    the path's text, so that no call into the file system fails deep inside with it."""
+    for part in Path(path).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            return f"a name in it is {len(os.fsencode(part)):,} bytes long; a file system takes at most {NAME_MAX}"
+    if len(os.fsencode(os.path.abspath(path))) >= PATH_MAX:
+        return f"the path is {len(os.fsencode(os.path.abspath(path))):,} bytes long; at most {PATH_MAX - 1}"
+    return None
+
+
 def check_output(option: str, path: Path, *, folder: bool = False) -> None:
     """An output path that can be written: checked at start-up, not after every test ran.
     A symbolic link is followed (its target is what gets written); a device node, FIFO or
-    socket is refused, never replaced by a file."""
+    socket is refused, never replaced by a file; a name no file system holds is refused."""
+    problem = name_problem(path)
+    if problem is not None:
+        raise ConfigError(f"{option}={shown_path(path)}: {problem}")
     target = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     if target.exists():
         if not folder and not target.is_dir() and not target.is_file():
@@ -137,6 +161,9 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
 
 def read_budget_file(path: Path) -> Budget:
     """A ``--gpu-budget-file=FILE``: the schema of ``[tool.gpuprof.budget]``, at top level or under it."""
+    problem = name_problem(path)
+    if problem is not None:
+        raise ConfigError(f"--gpu-budget-file={shown_path(path)}: {problem}")
     if not path.is_file():
         raise ConfigError(f"--gpu-budget-file={path}: no such file")
     data = load_toml(path)

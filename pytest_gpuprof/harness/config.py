@@ -23,8 +23,10 @@ from pytest_gpuprof.harness.checks import (
     check_output,
     device_list,
     load_toml,
+    name_problem,
     read_budget_file,
     read_pyproject,
+    shown_path,
     summary_rows,
 )
 from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
@@ -386,6 +388,9 @@ def _storage(given: str | None, configured: object, rootpath: Path, pyproject: P
     from pytest_gpuprof.baselines.store import StoreError, check_url, is_url
 
     if not is_url(value):
+        problem = name_problem(value)
+        if problem is not None:
+            raise ConfigError(f"--gpu-storage={shown_path(value)}: {problem}")
         if saving:
             check_output("--gpu-storage", Path(value), folder=True)
         return value

@@ -9,6 +9,7 @@ creates it, calling ``on_start`` first.
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import sys
 from functools import cached_property
@@ -150,7 +151,9 @@ class DeviceRuntime:
         if self._lock is None:
             from pytest_gpuprof.capture.exclusive import DeviceLock
 
-            self._lock = DeviceLock(self._device_key(), timeout_s=self.settings.lock_timeout_s, say=self._say)
+            # xdist's workers of one run share its id: they queue for the device, never time out on each other
+            run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+            self._lock = DeviceLock(self._device_key(), timeout_s=self.settings.lock_timeout_s, say=self._say, run=run)
         return self._lock
 
     def _say(self, line: str) -> None:
@@ -177,8 +180,14 @@ class DeviceRuntime:
         they would take turns at it); where it cannot start, the test's set-up says why."""
         started_ms = 0.0
         if start and not self.started:
-            with contextlib.suppress(Exception):
+            from pytest_gpuprof.capture.exclusive import LockError
+
+            try:
                 started_ms = self.start()
+            except LockError:
+                raise  # the wait given up on: acquire would be refused with it at once
+            except Exception:  # acquire's set-up names why it cannot start
+                pass
         lock = self.lock()
         waited_ms, holder = (0.0, "") if lock is None else lock.acquire(who)
         return started_ms + waited_ms, holder

@@ -516,6 +516,9 @@ def test_a_damaged_record_is_named_once_and_skipped_and_prune_removes_it(url, ca
 
     ref = Store(url).reference("host-aaa", "main")
     assert ref.entry("t")[0]["metrics"]["wall_ms"] == 5.0  # the newest readable one
+    # the two newer records of its name that cannot be read are named, not passed over in silence
+    assert "warning: passed over 2 newer record(s) that cannot be read: main@20260101T000009" in ref.why
+    assert "main@20260101T000011.000000Z@r3@0c.json is damaged (" in ref.why and "nightly@" not in ref.why
     reader = Store(url)
     reader.summaries("host-aaa")
     assert set(reader.damaged) == set(damaged)

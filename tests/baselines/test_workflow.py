@@ -77,8 +77,20 @@ def _damage(pytester, change):
             lambda t: t["metrics"].update(wall_ms=1e9),
             "metrics.wall_ms: 1000000000.0 ms is impossible: longer than a day",
         ),
+        (
+            lambda t: t["metrics"].update(wall_ms=-5.0),
+            "metrics.wall_ms: -5.0 ms is impossible: a window's wall time is never negative",
+        ),
     ],
-    ids=["kernel-totals-a-list", "a-400-digit-wall", "400-digit-samples", "subnormal", "1e308", "a-wall-of-days"],
+    ids=[
+        "kernel-totals-a-list",
+        "a-400-digit-wall",
+        "400-digit-samples",
+        "subnormal",
+        "1e308",
+        "a-wall-of-days",
+        "a-negative-wall",
+    ],
 )
 def test_a_malformed_baseline_field_leaves_each_test_its_own_outcome(suite, change, field):
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
@@ -274,7 +286,7 @@ def test_gpuprof_compare_imports_no_pytest(tmp_path):
     assert done.stdout.splitlines()[-1] == "[]"
 
 
-def test_a_baseline_records_its_environment_and_a_comparison_names_what_changed(suite, monkeypatch):
+def test_a_baseline_records_its_environment_and_a_comparison_names_what_changed(suite, monkeypatch, capsys):
     """Library versions, the GPU and its power limit change kernels besides the code: the
     baseline keeps them, and a comparison across a change names it beside its verdict."""
     suite.runpytest("--gpu-save=main").assert_outcomes(passed=2)
@@ -283,9 +295,15 @@ def test_a_baseline_records_its_environment_and_a_comparison_names_what_changed(
     assert record["machine"]["environment"]["host clock"] == "virtual"
     record["machine"]["environment"]["host clock"] = "sundial"  # as another torch version would be
     path.write_text(json.dumps(record))
-    result = suite.runpytest("-v", "--gpu-compare=main", GATE)
+    result = suite.runpytest("-v", "--gpu-compare=main", GATE, "--gpu-report=r.json")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*note: the environment changed: host clock sundial -> virtual"])
+    # and gpuprof compare, from the report's own record of its environment, names it too
+    from pytest_gpuprof import cli
+
+    monkeypatch.chdir(suite.path)
+    assert cli.main(["compare", "main", "r.json", "-v", "--fail", GATE.split("=", 1)[1]]) == 0
+    assert "note: the environment changed: host clock sundial -> virtual" in capsys.readouterr().out
 
 
 def test_the_environment_names_the_loaded_libraries_only(monkeypatch):
@@ -346,3 +364,20 @@ def test_a_relative_storage_key_is_taken_from_the_project_file(pytester, tmp_pat
     assert default_storage(deep, ".gpuprof") == "s3://bucket/p"
     (tmp_path / "pyproject.toml").write_text("[tool.other]\n")
     assert default_storage(deep, ".gpuprof") == str(tmp_path.resolve() / ".gpuprof")
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [(True, "no schema number"), (-1, "schema -1 is no schema pytest-gpuprof ever wrote"), (0, "schema 0 is no")],
+    ids=["true", "minus-one", "zero"],
+)
+def test_a_schema_that_is_not_a_known_integer_is_refused_with_one_line(tmp_path, capsys, schema, why):
+    """``"schema": true`` once read as schema 1 (a bool is an int in Python), and -1 as an
+    old schema: both were accepted as reports."""
+    from pytest_gpuprof import cli
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": schema, "created": "x", "machine": {"id": "host-a"}, "tests": []}))
+    assert cli.main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuprof show: {path}: ") and why in err and "Traceback" not in err

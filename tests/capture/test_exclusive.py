@@ -298,10 +298,14 @@ def helpers_end(within_s: float = 30.0) -> bool:
 
 
 def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(pytester, tmp_path, monkeypatch):
-    """The wait's timeout through pytest: the test's set-up errors with the line; the next
-    test, once the holder is gone, runs."""
+    """The wait's timeout through pytest: the first test's set-up errors with the line, the
+    other four are refused at once with it (one wait a session, not one a test: 5 tests at
+    10 s once took 104 s); the next run, once the holder is gone, runs."""
     monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
-    pytester.makepyfile(test_gpu="def test_gpu(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    pytester.makepyfile(
+        test_gpu="import pytest\n\n@pytest.mark.parametrize('i', range(5))\n"
+        "def test_gpu(gpu_workload, i):\n    gpu_workload.compute(ms=1)\n"
+    )
     from pytest_gpuprof.capture import exclusive
 
     lock_folder = tmp_path / "pytest-gpuprof-locks"
@@ -317,15 +321,112 @@ def test_a_test_that_cannot_hold_its_device_errors_at_set_up_naming_the_holder(p
     try:
         assert holder.stdout is not None and holder.stdout.readline().split()[1] == "held"
         result = pytester.runpytest("--gpu-host-clock=real", "--gpu-lock-timeout=0.5")
-        result.assert_outcomes(errors=1)
+        result.assert_outcomes(errors=5)
         result.stdout.fnmatch_lines(
             [
                 f"gpuprof: waiting for GPU {key}, held by pid {holder.pid} (user *): t.py::test_hog",
                 f"*gpuprof: waited 0.5 s for GPU {key}, held by pid {holder.pid}*giving up*",
             ]
         )
+        out = result.stdout.str()
+        assert out.count("gpuprof: waiting for GPU") == 1
+        said = [line for line in result.stdout.lines if line.startswith("gpuprof: waited 0.5 s for GPU")]
+        assert len(said) == 5 and sum(line.endswith("waited for it once already") for line in said) == 4, said
     finally:
         holder.kill()
         holder.wait()
         holder.stdout.close()
+    assert helpers_end()
+
+
+# a holder that says it belongs to the pytest run sys.argv[4] (xdist's run id)
+RUN_CHILD = CHILD.replace("Path(sys.argv[1]))", "Path(sys.argv[1]), run=sys.argv[4])")
+
+
+def _holding(tmp_path, test, seconds, run="other-run"):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", RUN_CHILD, str(tmp_path), test, str(seconds), run], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().split()[1] == "held"
+    return holder
+
+
+def _end(holder):
+    holder.kill()
+    holder.wait()
+    holder.stdout.close()
+
+
+def test_a_hold_given_up_on_refuses_the_sessions_later_waits_at_once(tmp_path, monkeypatch):
+    """Five tests against a held lock once waited the timeout each (and twice: start, then
+    acquire): 104 s at 10 s. The first wait ends at the timeout; every later one, while that
+    hold lasts, is refused at once with the same holder named, and says nothing of waiting.
+    Once the hold ends, the device is taken again."""
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    holder = _holding(tmp_path, "t.py::test_hog", 60)
+    said: list[str] = []
+    lock = DeviceLock("GPU-c", tmp_path, timeout_s=0.3, say=said.append)
+    try:
+        errors = []
+        for i in range(5):
+            with pytest.raises(LockError) as raised:
+                lock.acquire(f"t.py::test_{i}")
+            errors.append(str(raised.value))
+        assert sum(line.startswith("gpuprof: waiting for GPU") for line in said) == 1, said
+        assert all("giving up" in e and f"pid {holder.pid} " in e for e in errors)
+        assert all(e.endswith("refused at once: this session waited for it once already") for e in errors[1:])
+        assert "refused at once" not in errors[0]
+    finally:
+        _end(holder)
+    assert helpers_end()
+    lock.timeout_s = 10
+    lock.acquire("t.py::test_after")  # the hold is gone: taken, with a wait of its own if any
+    assert lock.held and lock.gave_up is None
+    lock.release()
+
+
+def test_a_sibling_workers_long_test_is_queued_for_not_an_error(tmp_path, monkeypatch):
+    """Under -n 2 --gpu-lock-timeout=2 a sibling worker's legitimate 3 s test once made the
+    other worker's tests error. Workers of one run (one id) queue; another run's hold times out."""
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    holder = _holding(tmp_path, "t.py::test_long", 1.5, run="run-1")
+    try:
+        said: list[str] = []
+        sibling = DeviceLock("GPU-c", tmp_path, timeout_s=0.3, say=said.append, run="run-1")
+        waited, whom = sibling.acquire("t.py::test_next")
+        assert waited > 300 and f"pid {holder.pid} " in whom
+        assert any("held by a worker of this run" in line for line in said), said
+        sibling.release()
+    finally:
+        _end(holder)
+    holder = _holding(tmp_path, "t.py::test_long", 60, run="run-1")
+    try:
+        stranger = DeviceLock("GPU-c", tmp_path, timeout_s=0.3, run="run-2")
+        with pytest.raises(LockError, match="giving up"):
+            stranger.acquire("t.py::test_next")
+    finally:
+        _end(holder)
+    assert helpers_end()
+
+
+def test_the_holders_own_words_are_cleaned_before_they_are_printed(tmp_path, monkeypatch):
+    """Another user writes the who-file: an escape sequence in it (clear the screen, retitle
+    the window) once landed raw in the victim's terminal, setup error and short summary."""
+    from pytest_gpuprof.capture.exclusive import LockError
+
+    monkeypatch.delenv("PYTEST_GPUPROF_HELD", raising=False)
+    holder = _holding(tmp_path, "t.py::test_\x1b[2J\x1b]0;owned\x07", 60)
+    said: list[str] = []
+    try:
+        with pytest.raises(LockError) as raised:
+            DeviceLock("GPU-c", tmp_path, timeout_s=0.2, say=said.append).acquire("t.py::test_victim")
+    finally:
+        _end(holder)
+    for text in [*said, str(raised.value)]:
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert "t.py::test_\\x1b[2J\\x1b]0;owned\\x07" in text
     assert helpers_end()
