@@ -327,13 +327,53 @@ def changed_files(root: Path) -> list[str]:
     return list(dict.fromkeys(f for f in changed if f))
 
 
+# a run's folder: its worktree (``base``), its scratch and ``OWNER`` (the pid of its ab)
+PREFIX, OWNER = "gpuprof-ab-", "owner"
+
+
+def _alive(pid_text: str) -> bool:
+    try:
+        os.kill(int(pid_text), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clear_leftovers(root: Path) -> list[str]:
+    """What a killed ``ab`` (SIGKILL: no clean-up ran) left: its worktree, registered in
+    ``root``, and its folder under the temporary directory, each recognised by its name and
+    an owner that is no longer running; another ab that still runs is left alone. The
+    folders removed."""
+    temp = Path(tempfile.gettempdir())
+    removed = []
+    for folder in temp.glob(f"{PREFIX}*"):
+        try:
+            owner = (folder / OWNER).read_text().strip()
+            if not folder.is_dir() or folder.is_symlink() or folder.stat().st_uid != os.geteuid() or _alive(owner):
+                continue
+        except OSError:  # no owner written: not ours to judge
+            continue
+        subprocess.run(["git", "worktree", "remove", "--force", str(folder / "base")], cwd=root, capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    if removed:
+        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True, check=False)
+    return removed
+
+
 @contextmanager
-def worktree(ref: str, cwd: Path) -> Iterator[tuple[Path, Path, str]]:
+def worktree(ref: str, cwd: Path, say: Callable[[str], None] = lambda line: None) -> Iterator[tuple[Path, Path, str]]:
     """The current tree's root, a temporary worktree of ``ref`` and ``ref``'s commit;
-    the worktree removed at the end, whatever happened."""
+    the worktree removed at the end, whatever happened, and what a killed run left before
+    it removed first (``clear_leftovers``)."""
     root = repository(cwd)
     commit = revision(ref, root)
-    folder = Path(tempfile.mkdtemp(prefix="gpuprof-ab-"))
+    for left in clear_leftovers(root):
+        say(f"gpuprof ab: removed {left}, left by a run of gpuprof ab that was killed")
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+    (folder / OWNER).write_text(str(os.getpid()))
     base = folder / "base"
     try:
         _git(["worktree", "add", "--detach", str(base), commit], root)
@@ -592,7 +632,9 @@ def ab(
         say(f"gpuprof ab: {ONE_PAIR}: this run can find no regression, every gated test ends undecided")
     order = Order(seed)
     runs = Runs()
-    with worktree(ref, cwd) as (root, base, commit), tempfile.TemporaryDirectory(prefix="gpuprof-ab-") as scratch:
+    with worktree(ref, cwd, say) as (root, base, commit):
+        scratch = str(base.parent / "scratch")
+        os.mkdir(scratch)
         relative = cwd.resolve().relative_to(root.resolve())
         trees: dict[Side, Path] = {"base": base, "current": root}
         made = 0

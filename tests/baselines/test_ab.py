@@ -295,6 +295,39 @@ def test_sigterm_ends_a_running_ab_with_one_line_and_nothing_left(repo, tmp_path
     assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
 
 
+def test_what_a_killed_ab_left_is_removed_by_the_next_run(repo, capsys):
+    """SIGKILL (docker stop's last word, an OOM kill) runs no clean-up: 30 of 30 such kills
+    left a registered worktree and its folder, which `git worktree prune` does not clear.
+    The next ab run recognises them (its folder's name, an owner no longer running), says
+    so and removes them; the repository is as it was."""
+    import os
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    (repo / "test_hang.py").write_text("import time\n\ndef test_hangs():\n    time.sleep(60)\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "hangs")  # on both sides
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "pytest_gpuprof", "ab", "--base", "main", "--pairs", "1", "--", "test_hang.py"]
+    process = subprocess.Popen(command, cwd=repo, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stderr is not None
+    line = process.stderr.readline()  # the pair has begun: the worktree is there
+    assert "pair 1" in line or "one pair" in line
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)  # the ab and its pytest child, no clean-up
+    process.communicate(timeout=60)
+    (left,) = [w.split()[0] for w in _worktrees(repo) if "gpuprof-ab-" in w]
+    assert Path(left).is_dir()
+    rc = cli.main(["ab", "--base", "main", "--pairs", "1", "--max-pairs", "1", "--", "test_perf.py"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert f"gpuprof ab: removed {Path(left).parent}, left by a run of gpuprof ab that was killed" in err
+    assert not Path(left).parent.exists() and len(_worktrees(repo)) == 1
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+
+
 def test_one_pair_can_never_fail_and_says_so(repo, monkeypatch, capsys):
     rc = cli.main(["ab", "--base", "main", "--pairs", "1", "--max-pairs", "1", "--fail", "kernel_ms:+2%", "--"])
     captured = capsys.readouterr()
