@@ -29,8 +29,7 @@ from pytest_gpuprof.harness.checks import (
     shown_path,
     summary_rows,
 )
-from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, DEFAULT, TABLE
-from pytest_gpuprof.harness.reruns import CONFIRMING
+from pytest_gpuprof.harness.options import BUDGET_FLAGS, BY_FLAG, CONFIRMING, DEFAULT, TABLE
 from pytest_gpuprof.harness.touch import find_pyproject
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 

@@ -15,6 +15,9 @@ from pytest_gpuprof.analysis.descriptors import Metric
 from pytest_gpuprof.verdict.validate import Number
 
 SWITCH = ("on", "off")
+# set in the environment of a fresh run that confirms a regression (``harness.reruns``): it
+# measures and reports, nothing else
+CONFIRMING = "PYTEST_GPUPROF_CONFIRMING"
 
 
 class Option(NamedTuple):

@@ -18,13 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuprof.harness.options import CONFIRMING
+
 if TYPE_CHECKING:
     import pytest
 
     from pytest_gpuprof.harness.config import Settings
 
-# set in a fresh run's environment: it measures and reports, nothing else
-CONFIRMING = "PYTEST_GPUPROF_CONFIRMING"
 # a fresh run that takes longer than this is ended, and confirms nothing
 TIMEOUT_S = 1800.0
 
