@@ -152,3 +152,52 @@ def test_a_command_given_a_name_too_long_says_so_in_one_line(tmp_path, capsys, a
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"gpuprof {argv[0]}: ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "{fifo}"], ["export", "{fifo}", "--format", "bmf"], ["merge", "{fifo}", "{report}", "-o", "{out}"],
+     ["compare", "{report}", "{fifo}"]],
+    ids=["show", "export", "merge", "compare"],
+)  # fmt: skip
+def test_a_fifo_given_as_a_report_is_refused_not_read(tmp_path, argv):
+    """show, export and merge once blocked for good on a FIFO with no writer."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    report = _report(tmp_path, "other.json")
+    args = [a.format(fifo=fifo, report=report, out=tmp_path / "m.json") for a in argv]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuprof", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{fifo}: cannot read: is a FIFO, not a report's file" in done.stderr
+
+
+def test_a_partial_file_a_killed_writer_left_in_the_report_folder_goes_with_the_next_report(pytester):
+    """A kill between a report's temporary file and its rename left the temporary file for
+    good; the next report written there removes those older than a write could be, not a
+    live writer's."""
+    import os
+    import time
+
+    from pytest_gpuprof.output.files import STALE_TMP_S
+
+    pytester.makepyfile("def test_a(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    out = pytester.mkdir("out")
+    stale, fresh = out / ".gpuprof.killed.tmp", out / ".gpuprof.live.tmp"
+    for partial in (stale, fresh):
+        partial.write_text("{")
+    old = time.time() - STALE_TMP_S - 60
+    os.utime(stale, (old, old))
+    pytester.runpytest("--gpu-report=out/r.json", "--gpu-host-clock=virtual").assert_outcomes(passed=1)
+    assert not stale.exists() and fresh.exists() and (out / "r.json").is_file()

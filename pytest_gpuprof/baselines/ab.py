@@ -377,11 +377,27 @@ def worktree(ref: str, cwd: Path, say: Callable[[str], None] = lambda line: None
     base = folder / "base"
     try:
         _git(["worktree", "add", "--detach", str(base), commit], root)
+        _submodules(base, ref)
         yield root, base, commit
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=root, capture_output=True, check=False)
         subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True, check=False)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _submodules(base: Path, ref: str) -> None:
+    """The base revision's submodules, checked out in its worktree as ``git clone
+    --recurse-submodules`` would (a worktree starts without them); one line where they
+    cannot be, never a base that runs without its code."""
+    if not (base / ".gitmodules").is_file():
+        return
+    try:
+        _git(["submodule", "update", "--init", "--recursive"], base)
+    except AbError as e:
+        raise AbError(
+            f"--base {clean(ref)}: its submodules could not be checked out in its worktree ({e}); "
+            "gpuprof ab measures a tree whole or not at all"
+        ) from None
 
 
 # how long one pytest run of a pair may take before it is ended (--run-timeout)

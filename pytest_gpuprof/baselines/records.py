@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.names import clean
+from pytest_gpuprof.output.files import read_regular
 from pytest_gpuprof.output.schema import SCHEMA
 
 
@@ -80,7 +81,7 @@ def load(path: Path | str, strict: bool = False) -> dict[str, Any]:
             raise BaselineError(f"{shown(str(path))}: cannot read: {type(e).__name__}: {clean(str(e))}") from None
         return parse(decoded(data, shown(str(path))), shown(str(path)), strict)
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)
     except OSError as e:
         raise BaselineError(f"{path}: cannot read: {e.strerror}") from None
     return parse(decoded(data, str(path)), str(path), strict)

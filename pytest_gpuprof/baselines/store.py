@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ from pytest_gpuprof.baselines.records import (
     shown,
 )
 from pytest_gpuprof.baselines.reference import Reference
-from pytest_gpuprof.output.files import TMP_PREFIX, json_text, written
+from pytest_gpuprof.output.files import STALE_TMP_S, clear_partial, json_text, written
 
 T = TypeVar("T")
 
@@ -66,8 +65,6 @@ _RECORD = re.compile(
 S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
 # beyond botocore's attempts, a call's own margin (its event loop, DNS, the TLS handshake)
 DEADLINE_MARGIN_S = 2.0
-# a partial file of a save or a pack older than this was left by a writer that died
-STALE_TMP_S = 15 * 60
 
 
 def deadline_s(options: dict[str, Any]) -> float | None:
@@ -345,15 +342,7 @@ class Store:
         if not self.local:
             return []
         folders = [Path(self._path(machine)), Path(self._path(f"{machine}/{INDEX}"))]
-        now, removed = time.time(), []
-        for folder in folders:
-            with contextlib.suppress(OSError):
-                for tmp in folder.glob(f"{TMP_PREFIX}*.tmp"):
-                    with contextlib.suppress(OSError):
-                        if now - tmp.lstat().st_mtime > older_than_s:
-                            tmp.unlink()
-                            removed.append(tmp.name)
-        return removed
+        return [name for folder in folders for name in clear_partial(folder, older_than_s)]
 
     # --- reading
 

@@ -11,13 +11,18 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 # a partial file's name: ``TMP_PREFIX`` + random + ``.tmp``, in the folder of its target
 TMP_PREFIX = ".gpuprof."
+# a partial file older than this was left by a writer that was killed (a write takes
+# seconds at most: no live writer's file is this old)
+STALE_TMP_S = 15 * 60
 
 
 @contextlib.contextmanager
@@ -49,6 +54,36 @@ def write_atomic(path: Path, text: str) -> None:
         raise OSError(errno.EINVAL, f"{path}: not a regular file; refusing to replace it")
     with written(path.parent, text) as tmp:
         os.replace(tmp, path)
+    clear_partial(path.parent)
+
+
+def clear_partial(folder: Path, older_than_s: float = STALE_TMP_S) -> list[str]:
+    """Remove the partial files that writers killed mid-write left in ``folder`` (their
+    name and age tell them; a live writer's is seconds old); the names removed."""
+    now, removed = time.time(), []
+    with contextlib.suppress(OSError):
+        for tmp in folder.glob(f"{TMP_PREFIX}*.tmp"):
+            with contextlib.suppress(OSError):
+                if tmp.is_file() and not tmp.is_symlink() and now - tmp.lstat().st_mtime > older_than_s:
+                    tmp.unlink()
+                    removed.append(tmp.name)
+    return removed
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """A file's bytes, where it is a regular file: a FIFO, device or socket is refused
+    with an ``OSError`` naming what it is, never read (a FIFO with no writer blocks a read
+    for good)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open blocks without it
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, f"is {kind}, not a report's file", os.fspath(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def json_text(data: dict[str, Any]) -> str:

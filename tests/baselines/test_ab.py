@@ -472,3 +472,44 @@ def test_pairs_are_bounded(capsys):
         cli.main(["ab", "--base", "main", "--pairs", "1000000", "--"])
     assert done.value.code == 2
     assert "--pairs: 1000000: at most 1000 pairs" in capsys.readouterr().err
+
+
+def _with_submodule(repo, tmp_path, monkeypatch):
+    """``repo`` with a submodule ``lib`` holding a test of its own, committed on main."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _git(lib, "init", "-q", "-b", "main")
+    _git(lib, "config", "user.email", "ab@example.com")
+    _git(lib, "config", "user.name", "ab")
+    (lib / "test_sub.py").write_text("def test_sub(gpu_workload):\n    gpu_workload.compute(ms=1)\n")
+    _git(lib, "add", ".")
+    _git(lib, "commit", "-qm", "lib")
+    # a submodule on this disk: git refuses the file protocol for submodules unless allowed
+    for key, value in {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    _git(repo, "submodule", "add", "-q", str(lib), "lib")
+    _git(repo, "commit", "-qm", "with lib")
+    return lib
+
+
+def test_the_base_worktree_holds_its_submodules(repo, tmp_path, monkeypatch, capsys):
+    """A worktree starts without the submodules: the base side once ran without their code,
+    and the error did not say why."""
+    _with_submodule(repo, tmp_path, monkeypatch)
+    rc = cli.main(["ab", "--base", "main", "--pairs", "1", "--max-pairs", "1", "--seed", "0", "--", "lib/test_sub.py"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert "gpuprof ab: 1 tests in 1 pairs: 1 unchanged" in out and "failed in" not in out
+
+
+def test_submodules_that_cannot_be_checked_out_are_one_line(repo, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    lib = _with_submodule(repo, tmp_path, monkeypatch)
+    shutil.rmtree(lib)  # the submodule's remote is gone: a worktree cannot clone it
+    rc = cli.main(["ab", "--base", "main", "--pairs", "1", "--", "lib/test_sub.py"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert "gpuprof ab: --base main: its submodules could not be checked out in its worktree" in err
+    assert len(_worktrees(repo)) == 1  # the worktree it had made is gone
