@@ -324,7 +324,7 @@ def _call_starts(item: pytest.Item) -> AbstractContextManager[None] | None:
 def _whole_call(session: GpuSession, profiler: Profiler) -> Iterator[None]:
     done: list[Window] = []
     try:
-        with profiler.window("test") as done:
+        with profiler.collector.window("test") as done:
             yield
     finally:
         try:

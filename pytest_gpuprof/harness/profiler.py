@@ -8,8 +8,8 @@ verdict, a failing ``check()`` included, wherever it is shown.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, cast
 
 import pytest
@@ -136,9 +136,18 @@ class Profiler:
         return self.spans.scope("region", name)
 
     # windows
-    def window(self, label: str) -> AbstractContextManager[list[Window]]:
+    @contextlib.contextmanager
+    def window(self, label: str) -> Iterator[list[Window]]:
+        """Measure the body as one window of this test, judged on its budget and kept as
+        ``measure()``'s rounds are (inside a ``measure()`` round it is part of that round);
+        the yielded list holds it once the body ends. A window that was measured and then
+        dropped would leave the test in no output at all."""
         self._alive("window()")
-        return self.collector.window(label)
+        inside = self.collector.measuring
+        with self.collector.window(label) as done:
+            yield done
+        if done and not inside:
+            self.keep(done[0])
 
     def measure(self, fn: Callable[[], Any], rounds: int | None = None, warmup: int | None = None) -> Metrics:
         """Run ``fn`` ``warmup`` times unmeasured, then ``rounds`` times, each its own window.

@@ -141,7 +141,7 @@ class GpuWorkload:
             _run_workers(clock, n, workers, lambda w: partition(w, nbytes, ms, pinned, kind, locks))
 
         if self.profiler.collector.measuring:
-            with self.profiler.window("partitions") as done:
+            with self.profiler.collector.window("partitions") as done:
                 run()
             return done[0].metrics
         return self.profiler.repeat(

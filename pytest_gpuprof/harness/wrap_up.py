@@ -7,9 +7,10 @@ line of the summary and makes the run fail, and the rest are still written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -336,7 +337,7 @@ class File:
 
     what: str
     where: Callable[[Settings], Path | None]
-    render: Callable[[Run], str]
+    render: Callable[[Run], str | Iterable[str]]
     append: bool = False
     per_test: Callable[[GpuRecord, Timeline | None], Any] | None = None
 
@@ -344,8 +345,9 @@ class File:
     def done(self) -> str:
         return "appended to" if self.append else "written to"
 
-    def write(self, path: Path, text: str) -> None:
+    def write(self, path: Path, text: str | Iterable[str]) -> None:
         if self.append:
+            assert isinstance(text, str)
             with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
                 f.write(text)
             return
@@ -370,17 +372,48 @@ def checked(document: dict[str, Any], which: str) -> None:
         validate(document, which)
 
 
-def _html(run: Run) -> str:
-    from pytest_gpuprof.output.html import render
+def _html(run: Run) -> Iterator[str]:
+    """The page, written as it is read: each test's part from the spool its process wrote
+    it to (``_page``); the spools removed once read, or given up on."""
+    from pytest_gpuprof.output.html import render_chunks
 
-    pages = [v.per_file[HTML] for v in run.views.values() if v.per_file.get(HTML)]
-    return render(pages, run.machine)
+    parts = [v.per_file[HTML] for v in run.views.values() if v.per_file.get(HTML)]
+
+    def read() -> Iterator[str]:
+        for part in parts:
+            with open(part["spool"], "rb") as f:
+                f.seek(part["at"])
+                yield f.read(part["size"]).decode("ascii")
+
+    try:
+        yield from render_chunks(read(), run.machine)
+    finally:
+        for spool in {part["spool"] for part in parts}:
+            with contextlib.suppress(OSError):
+                os.unlink(spool)
+        _SPOOL.pop(os.getpid(), None)
+
+
+# each process's spool of page parts (xdist's workers each have their own): a run of many
+# tests keeps a few numbers a test in memory, not its page data (0.26 MB a 1,000-step test)
+_SPOOL: dict[int, str] = {}
 
 
 def _page(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
-    from pytest_gpuprof.output.html import page_data
+    """The test's part of the HTML page, spooled to a file of this process's: where it is."""
+    import tempfile
 
-    return page_data(record, timeline)
+    from pytest_gpuprof.output.html import embedded, page_data
+
+    data = embedded(page_data(record, timeline)).encode("ascii")
+    pid = os.getpid()
+    if pid not in _SPOOL:
+        fd, _SPOOL[pid] = tempfile.mkstemp(prefix="gpuprof-page-", suffix=".spool")
+        os.close(fd)
+    with open(_SPOOL[pid], "ab") as f:
+        at = f.tell()
+        f.write(data)
+    return {"spool": _SPOOL[pid], "at": at, "size": len(data)}
 
 
 def _step_summary(run: Run) -> str:

@@ -14,7 +14,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,9 @@ STALE_TMP_S = 15 * 60
 
 
 @contextlib.contextmanager
-def written(folder: Path, text: str) -> Iterator[Path]:
-    """``text`` in a temporary file of ``folder``, on disk; removed when the block ends
-    unless the block renamed it."""
+def written(folder: Path, text: str | Iterable[str]) -> Iterator[Path]:
+    """``text`` (or its pieces, written as they come) in a temporary file of ``folder``, on
+    disk; removed when the block ends unless the block renamed it."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".tmp", dir=folder)
     tmp = Path(name)
@@ -38,7 +38,8 @@ def written(folder: Path, text: str) -> Iterator[Path]:
         os.fchmod(fd, 0o666 & ~umask)
         # a name read from the user's code may hold a lone surrogate: written escaped
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
-            f.write(text)
+            for piece in [text] if isinstance(text, str) else text:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         yield tmp
@@ -46,7 +47,7 @@ def written(folder: Path, text: str) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
     """Write ``text`` to ``path``, replacing what was there; through a symbolic link, to
     its target (the link stays). A device node, FIFO or socket is refused, not replaced."""
     path = Path(os.path.realpath(path))

@@ -9,7 +9,7 @@ test (ids, steps, kernels) reaches the page as JSON data and is set as text, nev
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pytest_gpuprof.analysis.lanes import bucket, build
@@ -133,14 +133,26 @@ def _predicted_lanes(m: Metrics, timeline: Timeline) -> list[dict[str, Any]]:
     return lanes
 
 
+def embedded(data: Any) -> str:
+    """``data`` as JSON that may stand inside the page's ``<script>``: no raw <, > or &,
+    so that nothing in it can close the script or open a comment."""
+    text = json.dumps(data, ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_chunks(tests: Iterable[str], machine: dict[str, Any]) -> Iterator[str]:
+    """The page in pieces, from each test's ``embedded(page_data(...))``: a run of many
+    tests is written as it is read, never held whole."""
+    head, tail = PAGE.split("__DATA__")
+    yield head + '{"machine": ' + embedded(machine) + ', "tests": ['
+    for i, test in enumerate(tests):
+        yield ("," if i else "") + test
+    yield "]}" + tail
+
+
 def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
     """The page, from each test's ``page_data``."""
-    payload = {"machine": machine, "tests": list(tests)}
-    # JSON inside <script> must not be able to close it or open a comment: no raw <, >, &.
-    embedded = (
-        json.dumps(payload, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    )
-    return PAGE.replace("__DATA__", embedded)
+    return "".join(render_chunks(map(embedded, tests), machine))
 
 
 PAGE = r"""<!doctype html>

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 
 from pytest_gpuprof.harness.workload import GpuOutOfMemory
+from pytest_gpuprof.output.text import human_bytes
 from pytest_gpuprof.strategies import buffer_sizes
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +41,7 @@ def test_out_of_memory_at_the_top_of_the_range(gpu_workload, gpuprof):
     with pytest.raises(GpuOutOfMemory) as info:
         gpu_workload.alloc(too_big)
     print(f"\n{info.value}")
-    assert f"alloc of {too_big:,} bytes" in str(info.value)
+    assert f"alloc of {human_bytes(too_big)} ({too_big:,} B) does not fit" in str(info.value)
     assert "free of" in str(info.value)
     buffer = gpu_workload.upload(GIB)  # the device is usable right after
     assert buffer.nbytes == GIB

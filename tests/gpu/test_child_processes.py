@@ -315,10 +315,15 @@ def test_every_pool_worker_is_read_however_the_pool_ends(gpuprof, how):
     workers = {p.pid: p for p in m.processes[1:]}
     assert len(workers) == 2, m.processes  # the two workers, not multiprocessing's resource tracker
     for pid, events in timed:
-        # each worker's 50 timed matmuls and the warm-up one like them
-        assert workers[pid].kernel_ms == pytest.approx(events * 51 / 50, rel=0.02)
-    one = max(p.kernel_ms for p in workers.values())
-    assert sum(p.kernel_ms for p in workers.values()) == pytest.approx(2 * one, rel=0.02)
+        # each worker's 50 timed matmuls and the warm-up one like them. The two share the GPU
+        # by time slices, which its events count and its kernels partly do not: within 5%
+        # (2% failed 2 runs in 9 on an H200, 2.1% off each time); a worker missed or read in
+        # part is tens of percent off
+        assert workers[pid].kernel_ms == pytest.approx(events * 51 / 50, rel=0.05)
+    # both read whole: their sum is their events' (the two may differ by a few percent from
+    # each other, sharing one GPU: 131.6 and 137.3 ms once, on an H200)
+    total = sum(events for _, events in timed) * 51 / 50
+    assert sum(p.kernel_ms for p in workers.values()) == pytest.approx(total, rel=0.05)
     assert not any("processes traced" in n for n in m.notes)
 
 

@@ -703,3 +703,34 @@ def test_the_step_summary_reads_the_same_verdict(pytester, monkeypatch):
     pytester.runpytest().assert_outcomes(failed=1, passed=1)
     text = summary.read_text()
     assert "| FAIL: breach min_utilization |" in text and "| ok |" in text
+
+
+WINDOWED = """
+import pytest
+
+@pytest.mark.gpu_budget(min_utilization=0.9)
+def test_window_breaches(gpuprof, gpu_workload):
+    with gpuprof.window("pipeline"):
+        gpu_workload.upload(8 << 20)
+        gpu_workload.compute(ms=1)
+
+def test_window_passes(gpuprof, gpu_workload):
+    with gpuprof.window("pipeline") as done:
+        gpu_workload.compute(ms=1)
+    assert done and done[0].metrics.kernel_ms > 0
+"""
+
+
+def test_a_window_a_test_opens_itself_is_judged_and_reported(pytester):
+    """``gpuprof.window()`` measured its block and dropped it: the test was in no output at
+    all (no row, no JSON entry, no page) and its budget judged nothing. It is a window of the
+    test as a ``measure()`` round is."""
+    import json
+
+    pytester.makepyfile(WINDOWED)
+    result = pytester.runpytest("--gpu-budget", "--gpu-host-clock=virtual", "--gpu-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_window_breaches*utilization * < 90.0% (min_utilization)*"])
+    tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    assert set(tests) == {"test_window_breaches", "test_window_passes"}
+    assert tests["test_window_breaches"]["verdict"] != "ok" and tests["test_window_passes"]["windows"] == 1

@@ -486,3 +486,30 @@ def test_under_xdist_a_trace_that_cannot_be_written_fails_the_run_once(pytester)
     result.assert_outcomes(passed=4)
     assert result.ret == 1
     assert len([line for line in result.stdout.lines if "could not write the traces" in line]) == 1
+
+
+def test_the_page_is_written_from_each_processs_spool_and_the_spools_go(pytester, monkeypatch, tmp_path):
+    """800 tests of 1,000 steps once held 285 MB with --gpu-html against 74 MB without (each
+    test's page data kept in memory to the end): each test's part is now spooled to a file of
+    its process (an xdist worker's own) and the page written as it is read. Every test is on
+    the page, under xdist too, and no spool is left."""
+    import json
+    import re
+
+    spools = tmp_path / "spools"
+    spools.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spools))
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(4))\n"
+        "def test_steps(gpuprof, gpu_workload, i):\n"
+        "    with gpuprof.window('w'):\n"
+        "        for _ in range(50):\n"
+        "            with gpuprof.step('s'):\n"
+        "                gpu_workload.compute(ms=0.1)\n"
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-html=r.html", "--gpu-host-clock=virtual")
+    result.assert_outcomes(passed=4)
+    text = (pytester.path / "r.html").read_text()
+    data = json.loads(re.search(r'id="data">(.*?)</script>', text, re.S).group(1))
+    assert sorted(t["id"].rsplit("::", 1)[1] for t in data["tests"]) == [f"test_steps[{i}]" for i in range(4)]
+    assert all(t["steps"] for t in data["tests"]) and not list(spools.glob("gpuprof-page-*"))
