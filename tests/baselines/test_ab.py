@@ -65,7 +65,7 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     argv = ["ab", "--base", "main", "--pairs", "5", "--seed", "1", "--fail", "kernel_ms:+2%,kernels:+2%"]
-    rc = cli.main([*argv, "-v", "--report", str(tmp_path / "ab.json"), "--", "-q"])
+    rc = cli.main([*argv, "--report", str(tmp_path / "ab.json"), "--", "-q"])
     out = capsys.readouterr().out
     assert rc == 1, out
     found = json.loads((tmp_path / "ab.json").read_text())
@@ -75,7 +75,12 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
     kernel = next(e for e in found["effects"] if e["metric"] == "kernel_ms" and "test_kernels" in e["nodeid"])
     assert kernel["pairs"] == 5 and 0.03 < kernel["effect"] < 0.07 and kernel["low"] > 0.02
     assert kernel["detectable"] is not None
-    assert "test_perf.py::test_kernels: kernel_ms: effect +" in out and "smallest detectable change" in out
+    # one screen: each regression on one short line with its interval, pairs and limit; the
+    # unchanged effects counted; the full lines (the smallest detectable change) under -v
+    shown = [line for line in out.splitlines() if line.startswith("  test_perf.py::test_kernels: kernel_ms +")]
+    assert len(shown) == 1 and shown[0].endswith(" over 5 pairs, limit kernel_ms:+2%: regression"), out
+    assert re.search(r"\[\+\d+\.\d+% \.\. \+\d+\.\d+%\]", shown[0]) and len(shown[0]) <= 160
+    assert "effect(s) unchanged (-v shows every line)" in out and "smallest detectable change" not in out
     assert "| `test_perf.py::test_kernels` | kernel_ms |" in summary.read_text()
     steady = next(e for e in found["effects"] if e["metric"] == "kernel_ms" and "test_steady" in e["nodeid"])
     assert steady["verdict"] == "unchanged"
@@ -83,10 +88,13 @@ def test_a_five_percent_slowdown_is_caught_with_five_pairs_while_a_runner_offset
 
 def test_the_same_code_passes_whatever_the_runner_does(repo, monkeypatch, capsys):
     monkeypatch.setenv("GPUPROF_OFFSET", "1.08")
-    rc = cli.main(["ab", "--base", "HEAD", "--pairs", "3", "--seed", "2", "--fail", "kernel_ms:+2%,kernels:+2%", "--"])
+    argv = ["ab", "--base", "HEAD", "--pairs", "3", "--seed", "2", "--fail", "kernel_ms:+2%,kernels:+2%", "-v", "--"]
+    rc = cli.main(argv)
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "regression" not in out.replace("kernels:+2%", "")
+    # -v: every effect's full line, unchanged ones included
+    assert "test_perf.py::test_steady: kernel_ms: effect " in out and "smallest detectable change" in out
 
 
 def test_an_unsure_test_gets_more_pairs_of_its_own(repo, monkeypatch, capsys, tmp_path):
