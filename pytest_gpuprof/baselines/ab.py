@@ -70,7 +70,8 @@ class Runs:
         ours = {t["nodeid"]: t for t in current["tests"] if "crashed" not in t}
         for test in base["tests"]:
             if test["nodeid"] in ours and "crashed" not in test:
-                self.pairs.setdefault(test["nodeid"], []).append((test, ours[test["nodeid"]]))
+                pair = (figures(test), figures(ours[test["nodeid"]]))
+                self.pairs.setdefault(test["nodeid"], []).append(pair)
         sides: tuple[tuple[Side, dict[str, Any]], ...] = (("base", base), ("current", current))
         for side, report in sides:
             seen = self.outcomes[side]
@@ -79,6 +80,28 @@ class Runs:
                 words.setdefault(test["nodeid"], "failed" if "crashed" in test else str(test.get("outcome", "passed")))
             for nodeid, word in words.items():
                 seen.setdefault(nodeid, Counter())[word] += 1
+
+
+def figures(test: dict[str, Any]) -> dict[str, Any]:
+    """What a pair's comparison reads of a test's report entry, and no more: each metric's
+    rounds as their median (the pair's figure), and the numbers of its ``metrics``. A run
+    of many pairs keeps a few numbers a test a pair, not the runs' whole reports (3.1 MB a
+    pair on a 100-test suite, before)."""
+    rounds = {
+        path: {"samples": [statistics.median(float(v) for v in r["samples"])]}
+        for path, r in (test.get("rounds") or {}).items()
+        if isinstance(r, dict) and isinstance(r.get("samples"), list) and r["samples"]
+    }
+    return {"nodeid": test["nodeid"], "rounds": rounds, "metrics": _numbers(test.get("metrics")) or {}}
+
+
+def _numbers(node: object) -> Any:
+    """The tables and numbers of ``node``; lists and text (sites, notes, names) dropped."""
+    if isinstance(node, dict):
+        return {k: v for k, x in node.items() if (v := _numbers(x)) is not None}
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return node
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -521,3 +521,44 @@ def test_submodules_that_cannot_be_checked_out_are_one_line(repo, tmp_path, monk
     assert rc == 2 and "Traceback" not in err
     assert "gpuprof ab: --base main: its submodules could not be checked out in its worktree" in err
     assert len(_worktrees(repo)) == 1  # the worktree it had made is gone
+
+
+def test_a_pair_keeps_only_the_figures_its_comparison_reads_and_decides_the_same():
+    """A run of many pairs once kept every run's whole report (3.1 MB a pair on a 100-test
+    suite): each test of a pair is now its rounds' medians and its metrics' numbers, and the
+    effects over those are the effects over the whole entries."""
+    import random as rnd
+
+    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    r = rnd.Random(7)
+
+    def entry(scale):
+        samples = [scale * (10 + r.gauss(0, 0.2)) for _ in range(9)]
+        return {
+            "nodeid": "t.py::test_a",
+            "outcome": "passed",
+            "rounds": {"kernel_ms": {"samples": samples, "median": 0, "iqr": 0}, "wall_ms": {"samples": samples}},
+            "metrics": {
+                "kernel_ms": samples[0], "wall_ms": samples[0], "kernel_totals": {"spin": scale * 9.0},
+                "nvml": {"sm_clock_mhz": 1980}, "notes": ["a note"] * 50, "top_kernels": [{"name": "spin"}] * 50,
+                "memory": {"peak_bytes": 1 << 20, "sites": [{"where": "x.py:1", "bytes": 1}] * 200},
+            },
+            "checks": [{"breaches": []}] * 100,
+        }  # fmt: skip
+
+    thresholds = parse_thresholds("kernel_ms:+2%,kernels:+2%,wall_ms:+5ms")
+    whole, kept = ab.Runs(), ab.Runs()
+    for _ in range(6):
+        base, current = entry(1.0), entry(1.04)
+        whole.pairs.setdefault("t.py::test_a", []).append((base, current))
+        kept.add({"tests": [base]}, {"tests": [current]})
+    assert ab.effects(kept, thresholds) == ab.effects(whole, thresholds)
+    assert any(e.verdict == "regression" for e in ab.effects(kept, thresholds))
+    (b, _c) = kept.pairs["t.py::test_a"][0]
+    assert b["rounds"]["kernel_ms"]["samples"] == [
+        pytest.approx(sorted(whole.pairs["t.py::test_a"][0][0]["rounds"]["kernel_ms"]["samples"])[4])
+    ]
+    assert "notes" not in b["metrics"] and "sites" not in b["metrics"]["memory"] and "checks" not in b
+    assert len(json.dumps(kept.pairs)) * 10 < len(json.dumps(whole.pairs))
