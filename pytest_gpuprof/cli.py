@@ -104,6 +104,7 @@ def compare(
         lines.append(f"note: {gate.note}")
     regressed = False
     judged = []
+    quiet = 0  # the tests one screen counts, not shows
     # what else changes kernels (driver, CUDA, libraries) as NEW recorded it: a change named
     # beside the verdict, as the pytest gate names it
     environment = new["machine"].get("environment")
@@ -120,8 +121,10 @@ def compare(
             "comparisons": comparison.change_records(),
         }
         judged.append(entry)
-        lines += decided_lines(comparison) if every else short_lines(entry)
-    if quiet := (0 if every else sum(not short_lines(entry) for entry in judged)):
+        shown = decided_lines(comparison) if every else short_lines(entry)
+        quiet += not shown
+        lines += shown
+    if quiet:
         lines.append(f"{quiet} test(s) unchanged (-v shows every line)")
     if base is not None:
         gone = sorted({t["nodeid"] for t in base["tests"]} - {t["nodeid"] for t in new["tests"]})

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from pytest_gpuprof.analysis.names import clean
 
@@ -138,38 +139,48 @@ def _holder_pid(fd: int, lock: Path) -> str | None:
     return None
 
 
-def _said_by(fd: int, lock: Path) -> tuple[str | None, str, str]:
-    """The holder's pid, and what its who-file says of the hold: the test, and the pytest
-    run it belongs to (``run``: the run's id, shared by its xdist workers), each ``""``
-    where unknown. Another user may have written the file: it is a claim, cleaned."""
+class Holder(NamedTuple):
+    """Who holds a lock: its pid and user (from the kernel), and what its who-file says of
+    the hold: the test, and the pytest run it belongs to (``run``: the run's id, shared by
+    its xdist workers); what is unknown is ``None`` or ``""``."""
+
+    pid: str | None
+    uid: int | None = None
+    test: str = ""
+    run: str = ""
+
+
+def _said_by(fd: int, lock: Path) -> Holder:
+    """The lock's holder. Another user may have written its who-file: a claim, cleaned."""
     pid = _holder_pid(fd, lock)
     if pid is None:
-        return None, "", ""
+        return Holder(None)
     try:
         uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return Holder(pid)
+    try:
         said = _who_path(lock, uid).read_text(errors="replace")
     except OSError:
-        return pid, "", ""
+        return Holder(pid, uid)
     first, _, rest = said.partition("\n")
     prefix, _, what = first.strip().partition(": ")
     if prefix != f"pid {pid}":
-        return pid, "", ""
+        return Holder(pid, uid)
     run = next((line[4:].strip() for line in rest.splitlines() if line.startswith("run ")), "")
     # another user wrote it: no escape sequence of theirs reaches a terminal
-    return pid, clean(what[:300]), clean(run[:100])
+    return Holder(pid, uid, clean(what[:300]), clean(run[:100]))
 
 
 def holder_of(fd: int, lock: Path) -> str:
     """Who holds the lock on ``fd``'s file, from the kernel's table of locks: ``pid N (user
     U): TEST`` (the test as the holder's user wrote it, cleaned), or what could be read of it."""
-    pid, test, _ = _said_by(fd, lock)
-    if pid is None:
+    holder = _said_by(fd, lock)
+    if holder.pid is None:
         return "a process this one cannot see"
-    try:
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return f"pid {pid}"
-    return f"pid {pid} (user {_user(uid)})" + (f": {test}" if test else "")
+    if holder.uid is None:
+        return f"pid {holder.pid}"
+    return f"pid {holder.pid} (user {_user(holder.uid)})" + (f": {holder.test}" if holder.test else "")
 
 
 class DeviceLock:
@@ -283,13 +294,10 @@ class DeviceLock:
         each other. Another user's file may claim it; it gains a wait, never a window."""
         if not self.run:
             return False
-        pid, _, run = _said_by(fd, path)
-        if pid is None:  # the hold just ended: the wait's helper takes the lock in a moment
+        holder = _said_by(fd, path)
+        if holder.pid is None or holder.uid is None:  # the hold just ended: the helper takes it in a moment
             return True
-        try:
-            return run == self.run and os.stat(f"/proc/{pid}").st_uid == os.geteuid()
-        except OSError:  # the holder has just gone
-            return True
+        return holder.run == self.run and holder.uid == os.geteuid()
 
     def acquire(self, who: str) -> tuple[float, str]:
         """Hold the device; ``who`` is said to waiters. Returns the time waited (ms) and,

@@ -55,7 +55,13 @@ def write_atomic(path: Path, text: str | Iterable[str]) -> None:
         raise OSError(errno.EINVAL, f"{path}: not a regular file; refusing to replace it")
     with written(path.parent, text) as tmp:
         os.replace(tmp, path)
-    clear_partial(path.parent)
+    if path.parent not in _CLEARED:  # once a folder a process: a trace a test writes many files to one
+        _CLEARED.add(path.parent)
+        clear_partial(path.parent)
+
+
+# the folders whose killed writers' partial files this process has cleared (``write_atomic``)
+_CLEARED: set[Path] = set()
 
 
 def clear_partial(folder: Path, older_than_s: float = STALE_TMP_S) -> list[str]:
