@@ -10,7 +10,9 @@ comparison line of the gated metrics (the spread between runs and the smallest d
 change they state). The PyTorch test is launch-bound (6 Linear layers, 200 forwards a
 round); the JAX test a jitted matmul loop. ``--fail`` sets the gate. ``--ab PAIRS`` then
 runs ``gpuprof ab`` of the same code against itself (a git repository of the two files) under
-the same gate: what the same runner says when both sides run in turns.
+the same gate: what the same runner says when both sides run in turns; with ``--slower``
+too, then ``gpuprof ab`` of a commit of the slower code against the unchanged one (it must
+exit 1).
 
 ``--replay`` judges the runs a former ``run_unit.json`` recorded again under the gate's
 rule as it is now, from the runs' medians of ``wall_ms``, ``utilization`` and ``kernel_ms``
@@ -117,24 +119,40 @@ def _hog(cpu: int | None, on: bool) -> Iterator[None]:
         hog.wait()
 
 
-def _ab(folder: Path, pairs: int, gate: str) -> dict:
-    """``gpuprof ab`` of the tests against themselves: its exit and its effects."""
-    for args in (["init", "-q", "-b", "main"], ["add", "test_torch.py", "test_jax.py"]):
-        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+def _commit(folder: Path, message: str) -> None:
+    subprocess.run(["git", "add", "test_torch.py", "test_jax.py"], cwd=folder, check=True, capture_output=True)
     subprocess.run(
-        ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "base"],
+        ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", message],
         cwd=folder,
         check=True,
         capture_output=True,
     )
+
+
+def _ab(folder: Path, pairs: int, gate: str, work: int = 0) -> dict:
+    """``gpuprof ab`` of the tests against themselves: its exit and its effects; ``work``:
+    the head commits slower code (``work`` host iterations a call), whose ab must fail."""
+    if not (folder / ".git").exists():
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=folder, check=True, capture_output=True)
+        (folder / ".git" / "info" / "exclude").write_text("*.json\nstore/\n__pycache__/\n")
+        _commit(folder, "base")
+    base = "HEAD"
+    if work:
+        for name in ("test_torch.py", "test_jax.py"):
+            text = (folder / name).read_text()
+            (folder / name).write_text(text.replace('"GPUPROF_HOST_WORK", "0"', f'"GPUPROF_HOST_WORK", "{work}"'))
+        _commit(folder, "slower")
+        base = "HEAD~1"
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    command = [sys.executable, "-m", "pytest_gpuprof", "ab", "--base", "main", "--pairs", str(pairs), "--fail", gate]
-    command += ["--report", str(folder / "ab.json"), "--", "-q", "-p", "no:cacheprovider", *_plugin_args()]
+    env.pop("GPUPROF_HOST_WORK", None)
+    report_path = folder / ("ab-slower.json" if work else "ab.json")
+    command = [sys.executable, "-m", "pytest_gpuprof", "ab", "--base", base, "--pairs", str(pairs), "--fail", gate]
+    command += ["--report", str(report_path), "--", "-q", "-p", "no:cacheprovider", *_plugin_args()]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, check=False)
     print(done.stdout, flush=True)
     if done.returncode not in (0, 1):
         print(done.stderr[-2000:])
-    report = json.loads((folder / "ab.json").read_text()) if (folder / "ab.json").exists() else {}
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return {"exit": done.returncode, "report": report}
 
 
@@ -190,6 +208,9 @@ def run(
         results["compares"].append(entry)
     if ab_pairs:
         results["ab"] = _ab(folder, ab_pairs, gate)
+        if slower:  # the slower code as a pull request: ab of it against the unchanged code
+            results["ab_slower"] = _ab(folder, ab_pairs, gate, work)
+            print(f"gpuprof ab of the slower code: exit {results['ab_slower']['exit']} (1: caught)", flush=True)
     failed: dict[str, dict[str, int]] = {}
     for c in results["compares"]:
         for nodeid, outcome in c["outcomes"].items():

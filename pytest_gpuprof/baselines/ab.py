@@ -3,11 +3,12 @@
 A stored baseline is another process, usually on another runner, days ago: its level is
 not this one's. An A/B run takes the runner out of the comparison. It checks REF out in a
 temporary git worktree and runs the same pytest arguments in the base tree and in the
-current one, in pairs (each run a fresh process on the same GPU, the side that starts a pair
-random), and compares each test's runs pair by pair: the effect of a metric is the mean of
-the pairs' differences (relative for ``%`` thresholds), its interval the 96% interval of
-that mean (Student's t over the pairs), and a regression is an interval wholly beyond the
-threshold. What moves both sides of a pair (a slow runner, a warm cache) cancels. A test
+current one, in pairs (each run a fresh process on the same GPU, each order once in every
+two pairs), and compares each test's runs pair by pair: the effect of a metric is the
+trimmed mean of the pairs' differences (log ratios for ``%`` thresholds; ``Trimmed``: the
+fifth of pairs at each end left out, so that a pair that straddles a runner's change of
+speed sways neither end), its interval the trimmed t's, and a regression is an interval
+wholly beyond the threshold. What moves both sides of a pair (a slow runner, a warm cache) cancels. A test
 whose interval holds its threshold gets more pairs of its own, up to ``--max-pairs``.
 Kernel times are compared in cycles where both sides' SM clocks are known.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis.names import readable, short
-from pytest_gpuprof.analysis.run_spread import POWER, paired_detectable_factor, t_quantile
+from pytest_gpuprof.analysis.run_spread import Trimmed
 from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
@@ -47,6 +48,10 @@ CONFIDENCE = AB_CONFIDENCE
 # looks, at --pairs and at --max-pairs (Bonferroni: 1.5% and 0.5%), so that they hold
 # whatever the first look found; each look's one-sided level
 LOOKS = (0.985, 0.995)
+# the power of the smallest detectable change an effect prints, for normal pairs: 95%, so
+# that on runners whose pairs are not normal (two speeds, a mode switch inside a pair) a
+# fresh run at that change still finds it 90% of the time (benchmarks/ab_sim.py)
+PRINTED_POWER = 0.97
 
 
 # why one pair decides nothing
@@ -229,20 +234,14 @@ def effect(
     diffs = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=False)) is not None]
     if not diffs:
         return Effect(nodeid, path, t, 0, None, None, None, None, "missing")
-    mean, n = statistics.fmean(diffs), len(diffs)
+    n = len(diffs)
     if n < 2:  # no interval: nothing can be told from the runs' own spread
-        return Effect(nodeid, path, t, n, _as_moved(t, mean), None, None, None, "unsure", ONE_PAIR)
-    t95 = t_quantile(confidence, n - 1)
-
-    def lower_bound(values: list[float]) -> float:  # the interval's low end, over the pairs
-        return statistics.fmean(values) - t95 * statistics.stdev(values) / math.sqrt(n)
-
-    pair_sd = statistics.stdev(diffs)
-    scale = pair_sd / math.sqrt(n)
-    # a true change this far past the base is caught POWER of the time by pairs as many as
-    # these, their sd as random as this one (``paired_detectable_factor``)
-    detectable = limit + paired_detectable_factor(n, confidence, POWER) * scale
-    low, high = lower_bound(diffs), mean + t95 * scale
+        return Effect(nodeid, path, t, n, _as_moved(t, diffs[0]), None, None, None, "unsure", ONE_PAIR)
+    robust = Trimmed.of(diffs)
+    # a true change this far past the base is caught PRINTED_POWER of the time by pairs as many as
+    # these, their spread as random as this one
+    detectable = robust.detectable(limit, confidence, PRINTED_POWER)
+    low, high = robust.low(confidence), robust.high(confidence)
     verdict: Verdict
     if low > limit:
         verdict = "regression"
@@ -254,19 +253,19 @@ def effect(
         verdict = "unsure"
     note = ""
     if verdict == "unsure":
-        need = ab_pairs_needed(pair_sd, limit)
+        need = ab_pairs_needed(robust.se * math.sqrt(n), limit)
         note = f"needs about {need} pairs" if need <= MOST else f"needs more than {MOST} pairs"
     if verdict == "regression" and _kernel_metric(path):
         cycles = [d for b, c in pairs if (d := _difference(t, path, b, c, cycles=True)) is not None]
         if len(cycles) == n:
-            if lower_bound(cycles) <= limit:
+            if Trimmed.of(cycles).low(confidence) <= limit:
                 verdict, note = "clock", "the SM clocks of the pairs explain it: in cycles, within the limit"
             else:
                 note = "a regression in cycles too"
     # as the metric moved (worse was down: the ends swap), and the detectable change's size
     ends = sorted((_as_moved(t, low), _as_moved(t, high)))
     shown = abs(_as_moved(t, detectable))
-    return Effect(nodeid, path, t, n, _as_moved(t, mean), ends[0], ends[1], shown, verdict, note)
+    return Effect(nodeid, path, t, n, _as_moved(t, robust.center), ends[0], ends[1], shown, verdict, note)
 
 
 def effects(runs: Runs, thresholds: Sequence[Threshold], first: int | None = None) -> list[Effect]:

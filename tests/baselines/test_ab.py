@@ -436,6 +436,27 @@ def test_the_analysis_is_paired_a_runner_that_moves_between_pairs_cancels():
     assert found.verdict == "regression" and found.pairs == 5
 
 
+def test_one_pair_that_straddles_a_change_of_speed_sways_no_verdict():
+    """Ten pairs, a 3% slowdown measured to 0.2%, but one pair's runs on either side of
+    the runner's change of speed (that pair 18% faster, or slower): still a regression. The
+    same with no change: still unchanged. Student's t over the mean called both unsure
+    (the one pair's spread); the mean alone moved the effect by 1.8 points."""
+    import numpy as np
+
+    from pytest_gpuprof.baselines.ab import LOOKS, effect
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    (gate,) = parse_thresholds("kernel_ms:+1%")
+    noise = np.random.default_rng(3).normal(0, 0.002, 10)
+    for true, verdict in ((math.log(1.03), "regression"), (0.0, "unchanged")):
+        for straddle in (math.log(1.18), -math.log(1.18)):
+            logs = [true + e for e in noise[:9]] + [true + straddle]
+            pairs = [(_report(10.0)["tests"][0], _report(10.0 * math.exp(d))["tests"][0]) for d in logs]
+            found = effect("t", "kernel_ms", gate, pairs, LOOKS[1])
+            assert found.verdict == verdict, found.line()
+            assert abs(math.log1p(found.effect) - true) < 0.003, found.line()
+
+
 def test_each_order_comes_once_in_every_two_pairs_so_a_first_run_bias_cancels():
     """The first run of each pair 5% slower (a cold cache), no true change: over an even
     number of pairs the bias cancels exactly. A coin flip per pair left it in the effect."""
