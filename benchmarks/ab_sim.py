@@ -56,7 +56,7 @@ RUNNERS = {
 
 def one(rng: np.random.Generator, runner: Callable[[np.random.Generator], Callable[[], float]], true: float) -> Effect:
     thresholds = parse_thresholds(GATE)
-    runs, order, level = Runs(), Order(int(rng.integers(1 << 30))), runner(rng)
+    runs, order, level = Runs(("kernel_ms",)), Order(int(rng.integers(1 << 30))), runner(rng)
 
     def pair(alone: str | None) -> None:
         reports = {

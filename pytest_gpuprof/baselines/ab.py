@@ -37,7 +37,7 @@ from pytest_gpuprof.baselines.records import BaselineError, clean, load
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.compare import KERNELS, Threshold, parse_thresholds
 from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, Decision, ab_pairs_needed, fit
-from pytest_gpuprof.verdict.samples import samples_of, value_at
+from pytest_gpuprof.verdict.samples import samples_of
 
 Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]
@@ -62,20 +62,27 @@ class AbError(BaselineError):
     """A run that could not be made: git, the worktree, a pytest that did not finish."""
 
 
+# a pair's figures: each metric path a gate reads, as the run's figure (its rounds' median)
+Figures = dict[str, float]
+# the SM clock a kernel time is read in cycles with
+CLOCK = "nvml.sm_clock_mhz"
+
+
 @dataclass
 class Runs:
-    """Each test's figures, run by run, on both sides (a run's figure is its rounds' median),
-    and every test's outcome in every run of each side (``outcomes`` of the runs' reports:
-    measured or not)."""
+    """Each test's figures, run by run, on both sides (``figures``: of the ``metrics`` the
+    gates read, and no more), and every test's outcome in every run of each side
+    (``outcomes`` of the runs' reports: measured or not)."""
 
-    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = field(default_factory=dict)
+    metrics: tuple[str, ...]
+    pairs: dict[str, list[tuple[Figures, Figures]]] = field(default_factory=dict)
     outcomes: dict[Side, dict[str, Counter[str]]] = field(default_factory=lambda: {"base": {}, "current": {}})
 
     def add(self, base: dict[str, Any], current: dict[str, Any]) -> None:
         ours = {t["nodeid"]: t for t in current["tests"] if "crashed" not in t}
         for test in base["tests"]:
             if test["nodeid"] in ours and "crashed" not in test:
-                pair = (figures(test), figures(ours[test["nodeid"]]))
+                pair = (figures(test, self.metrics), figures(ours[test["nodeid"]], self.metrics))
                 self.pairs.setdefault(test["nodeid"], []).append(pair)
         sides: tuple[tuple[Side, dict[str, Any]], ...] = (("base", base), ("current", current))
         for side, report in sides:
@@ -87,26 +94,21 @@ class Runs:
                 seen.setdefault(nodeid, Counter())[word] += 1
 
 
-def figures(test: dict[str, Any]) -> dict[str, Any]:
-    """What a pair's comparison reads of a test's report entry, and no more: each metric's
-    rounds as their median (the pair's figure), and the numbers of its ``metrics``. A run
-    of many pairs keeps a few numbers a test a pair, not the runs' whole reports (3.1 MB a
-    pair on a 100-test suite, before)."""
-    rounds = {
-        path: {"samples": [statistics.median(float(v) for v in r["samples"])]}
-        for path, r in (test.get("rounds") or {}).items()
-        if isinstance(r, dict) and isinstance(r.get("samples"), list) and r["samples"]
-    }
-    return {"nodeid": test["nodeid"], "rounds": rounds, "metrics": _numbers(test.get("metrics")) or {}}
-
-
-def _numbers(node: object) -> Any:
-    """The tables and numbers of ``node``; lists and text (sites, notes, names) dropped."""
-    if isinstance(node, dict):
-        return {k: v for k, x in node.items() if (v := _numbers(x)) is not None}
-    if isinstance(node, int | float) and not isinstance(node, bool):
-        return node
-    return None
+def figures(test: dict[str, Any], metrics: Sequence[str]) -> Figures:
+    """What a pair's comparison reads of a test's report entry, and no more: each of
+    ``metrics`` (``kernels``: each kernel's ``total_ms``) and the SM clock, at its rounds'
+    median (the pair's figure). A run of many pairs keeps a few numbers a test a pair, not
+    the runs' whole reports (3.1 MB a pair on a 100-test suite, before)."""
+    paths = [m for m in metrics if m != KERNELS]
+    if KERNELS in metrics:
+        totals = (test.get("metrics") or {}).get("kernel_totals")
+        # interned: every pair's figures share one string a kernel
+        paths += [sys.intern(f"kernels.{name}.total_ms") for name in totals or () if isinstance(name, str)]
+    out: Figures = {}
+    for path in (*paths, CLOCK):
+        if samples := samples_of(test, path):
+            out[path] = statistics.median(samples)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,16 +191,14 @@ def _kernel_metric(metric: str) -> bool:
     return metric == "kernel_ms" or (metric.startswith("kernels.") and metric.endswith(".total_ms"))
 
 
-def _difference(t: Threshold, path: str, base: dict[str, Any], current: dict[str, Any], cycles: bool) -> float | None:
+def _difference(t: Threshold, path: str, base: Figures, current: Figures, cycles: bool) -> float | None:
     """One pair's change of ``path``, worse positive, in the threshold's unit; ``cycles``:
     the current side's kernel time at the base side's SM clock."""
-    before, now = samples_of(base, path), samples_of(current, path)
-    if not before or not now:
+    b, c = base.get(path), current.get(path)
+    if b is None or c is None:
         return None
-    b, c = statistics.median(before), statistics.median(now)
     if cycles:
-        f_base = value_at(base.get("metrics", {}), "nvml.sm_clock_mhz")
-        f_now = value_at(current.get("metrics", {}), "nvml.sm_clock_mhz")
+        f_base, f_now = base.get(CLOCK), current.get(CLOCK)
         if not f_base or not f_now:
             return None
         c = c * f_now / f_base
@@ -225,7 +225,7 @@ def effect(
     nodeid: str,
     path: str,
     t: Threshold,
-    pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+    pairs: Sequence[tuple[Figures, Figures]],
     confidence: float = CONFIDENCE,
 ) -> Effect:
     """The metric's effect over the pairs, and its verdict against ``t``; ``confidence``:
@@ -279,9 +279,8 @@ def effects(runs: Runs, thresholds: Sequence[Threshold], first: int | None = Non
             if t.metric != KERNELS:
                 out.append(effect(nodeid, t.metric, t, pairs, level))
                 continue
-            names = {k for b, c in pairs for side in (b, c) for k in side.get("metrics", {}).get("kernel_totals") or {}}
-            for name in sorted(names):
-                path = f"kernels.{name}.total_ms"
+            kernels = {k for b, c in pairs for side in (b, c) for k in side if k.startswith("kernels.")}
+            for path in sorted(kernels):
                 each = Threshold(path, t.direction, t.amount, t.unit, t.text)
                 out.append(effect(nodeid, path, each, pairs, level))
     return out
@@ -669,7 +668,7 @@ def ab(
     if max_pairs < 2:
         say(f"gpuprof ab: {ONE_PAIR}: this run can find no regression, every gated test ends undecided")
     order = Order(seed)
-    runs = Runs()
+    runs = Runs(tuple(t.metric for t in thresholds))
     with worktree(ref, cwd, say) as (root, base, commit):
         scratch = str(base.parent / "scratch")
         os.mkdir(scratch)

@@ -152,7 +152,7 @@ def test_an_effect_reads_as_the_metric_moved(before, after, verdict):
     from pytest_gpuprof.verdict.compare import parse_thresholds
 
     def side(value):
-        return {"rounds": {"utilization": {"samples": [value] * 5}}}
+        return {"utilization": value}
 
     pairs = [(side(before + d), side(after + d)) for d in (0.0, 0.01, -0.01, 0.005)]
     found = effect("t.py::t", "utilization", parse_thresholds("utilization:-2pt")[0], pairs)
@@ -376,12 +376,7 @@ def test_the_printed_detectable_change_is_caught_nine_times_in_ten():
     def pairs(true_change, n=5):
         out = []
         for d in rng.normal(true_change, 0.03, n):
-            out.append(
-                (
-                    {"rounds": {"kernel_ms": {"samples": [10.0]}}},
-                    {"rounds": {"kernel_ms": {"samples": [10.0 * (1 + d)]}}},
-                )
-            )
+            out.append(({"kernel_ms": 10.0}, {"kernel_ms": 10.0 * (1 + d)}))
         return out
 
     caught = trials = 0
@@ -409,7 +404,7 @@ def _simulated(level, true, pairs=5, max_pairs=10, gate="kernel_ms:+1%", seed=0)
     from pytest_gpuprof.verdict.compare import parse_thresholds
 
     thresholds = parse_thresholds(gate)
-    runs, order, made = Runs(), Order(seed), []
+    runs, order, made = Runs(tuple(t.metric for t in thresholds)), Order(seed), []
 
     def pair(alone):
         reports = {}
@@ -451,7 +446,7 @@ def test_one_pair_that_straddles_a_change_of_speed_sways_no_verdict():
     for true, verdict in ((math.log(1.03), "regression"), (0.0, "unchanged")):
         for straddle in (math.log(1.18), -math.log(1.18)):
             logs = [true + e for e in noise[:9]] + [true + straddle]
-            pairs = [(_report(10.0)["tests"][0], _report(10.0 * math.exp(d))["tests"][0]) for d in logs]
+            pairs = [({"kernel_ms": 10.0}, {"kernel_ms": 10.0 * math.exp(d)}) for d in logs]
             found = effect("t", "kernel_ms", gate, pairs, LOOKS[1])
             assert found.verdict == verdict, found.line()
             assert abs(math.log1p(found.effect) - true) < 0.003, found.line()
@@ -544,42 +539,84 @@ def test_submodules_that_cannot_be_checked_out_are_one_line(repo, tmp_path, monk
     assert len(_worktrees(repo)) == 1  # the worktree it had made is gone
 
 
-def test_a_pair_keeps_only_the_figures_its_comparison_reads_and_decides_the_same():
+def _entry(r, scale, nodeid="t.py::test_a"):
+    """A test's report entry as a GPU run writes it: rounds, and metrics with lists of
+    notes, kernels and memory sites that no gate reads."""
+    samples = [scale * (10 + r.gauss(0, 0.2)) for _ in range(9)]
+    return {
+        "nodeid": nodeid,
+        "outcome": "passed",
+        "rounds": {"kernel_ms": {"samples": samples, "median": 0, "iqr": 0}, "wall_ms": {"samples": samples}},
+        "metrics": {
+            "kernel_ms": samples[0], "wall_ms": samples[0], "kernel_totals": {"spin": scale * 9.0, "copy": 1.0},
+            "nvml": {"sm_clock_mhz": 1980}, "notes": ["a note"] * 50, "top_kernels": [{"name": "spin"}] * 50,
+            "memory": {"peak_bytes": 1 << 20, "sites": [{"where": "x.py:1", "bytes": 1}] * 200},
+        },
+        "checks": [{"breaches": []}] * 100,
+    }  # fmt: skip
+
+
+def test_a_pair_keeps_only_the_figures_its_gates_read():
     """A run of many pairs once kept every run's whole report (3.1 MB a pair on a 100-test
-    suite): each test of a pair is now its rounds' medians and its metrics' numbers, and the
-    effects over those are the effects over the whole entries."""
+    suite): each test of a pair is now the gated metrics' medians, each kernel's total and
+    the SM clock, and the effects over them are those a brute-force reading of the whole
+    entries gives."""
     import random as rnd
+    import statistics
 
     from pytest_gpuprof.baselines import ab
     from pytest_gpuprof.verdict.compare import parse_thresholds
 
     r = rnd.Random(7)
-
-    def entry(scale):
-        samples = [scale * (10 + r.gauss(0, 0.2)) for _ in range(9)]
-        return {
-            "nodeid": "t.py::test_a",
-            "outcome": "passed",
-            "rounds": {"kernel_ms": {"samples": samples, "median": 0, "iqr": 0}, "wall_ms": {"samples": samples}},
-            "metrics": {
-                "kernel_ms": samples[0], "wall_ms": samples[0], "kernel_totals": {"spin": scale * 9.0},
-                "nvml": {"sm_clock_mhz": 1980}, "notes": ["a note"] * 50, "top_kernels": [{"name": "spin"}] * 50,
-                "memory": {"peak_bytes": 1 << 20, "sites": [{"where": "x.py:1", "bytes": 1}] * 200},
-            },
-            "checks": [{"breaches": []}] * 100,
-        }  # fmt: skip
-
     thresholds = parse_thresholds("kernel_ms:+2%,kernels:+2%,wall_ms:+5ms")
-    whole, kept = ab.Runs(), ab.Runs()
+    kept = ab.Runs(tuple(t.metric for t in thresholds))
+    whole = []
     for _ in range(6):
-        base, current = entry(1.0), entry(1.04)
-        whole.pairs.setdefault("t.py::test_a", []).append((base, current))
+        base, current = _entry(r, 1.0), _entry(r, 1.04)
+        whole.append((base, current))
         kept.add({"tests": [base]}, {"tests": [current]})
-    assert ab.effects(kept, thresholds) == ab.effects(whole, thresholds)
-    assert any(e.verdict == "regression" for e in ab.effects(kept, thresholds))
     (b, _c) = kept.pairs["t.py::test_a"][0]
-    assert b["rounds"]["kernel_ms"]["samples"] == [
-        pytest.approx(sorted(whole.pairs["t.py::test_a"][0][0]["rounds"]["kernel_ms"]["samples"])[4])
-    ]
-    assert "notes" not in b["metrics"] and "sites" not in b["metrics"]["memory"] and "checks" not in b
-    assert len(json.dumps(kept.pairs)) * 10 < len(json.dumps(whole.pairs))
+    assert b == {
+        "kernel_ms": statistics.median(whole[0][0]["rounds"]["kernel_ms"]["samples"]),
+        "wall_ms": statistics.median(whole[0][0]["rounds"]["wall_ms"]["samples"]),
+        "kernels.spin.total_ms": 9.0,
+        "kernels.copy.total_ms": 1.0,
+        "nvml.sm_clock_mhz": 1980.0,
+    }
+    found = {e.metric: e for e in ab.effects(kept, thresholds)}
+    logs = [math.log(statistics.median(c["rounds"]["kernel_ms"]["samples"]) / statistics.median(b["rounds"]["kernel_ms"]["samples"])) for b, c in whole]  # fmt: skip
+    trimmed = sorted(logs)[1:-1]  # 6 pairs: the lowest and the highest left out
+    assert found["kernel_ms"].effect == pytest.approx(math.expm1(statistics.fmean(trimmed)))
+    assert found["kernels.spin.total_ms"].verdict == "regression" and found["kernels.copy.total_ms"].verdict == "unchanged"
+    assert found["wall_ms"].verdict == "unchanged"  # 0.4 ms slower, under the 5 ms allowed
+
+
+def test_a_run_of_pairs_grows_by_the_numbers_it_compares_not_by_its_reports():
+    """Memory flat in pairs: 20 pairs of a 100-test suite whose reports are 0.5 MB each
+    add under 64 KB a pair to what the run holds (traced; 58 KB: five numbers a test a
+    side), where each pair kept 3.1 MB, then 1.2 MB."""
+    import random as rnd
+    import tracemalloc
+
+    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof.verdict.compare import parse_thresholds
+
+    r = rnd.Random(3)
+    thresholds = parse_thresholds("kernel_ms:+1%,kernels:+1%")
+    runs = ab.Runs(tuple(t.metric for t in thresholds))
+
+    def report():
+        return {"tests": [_entry(r, 1.0, f"t.py::test_{i}") for i in range(100)]}
+
+    assert len(json.dumps(report())) > 400_000
+    tracemalloc.start()
+    try:
+        runs.add(report(), report())
+        first, _ = tracemalloc.get_traced_memory()
+        for _ in range(20):
+            runs.add(report(), report())
+        last, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(runs.pairs["t.py::test_0"]) == 21
+    assert (last - first) / 20 < 64_000, f"{(last - first) / 20:.0f} B a pair"
