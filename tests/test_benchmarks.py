@@ -53,6 +53,11 @@ def run_benchmark(name, *argv, monkeypatch):
         ("columns", ["compute", "--kernels", "500"], ["metrics.compute of 500 kernels"]),
         ("bench", ["--host", "plugin", "--runs", "2", "--tests", "5"], ["5 trivial tests, plugin loaded vs not: CPU"]),
         ("suite_memory", ["2", "--steps", "3"], ["2 tests of 3 steps: peak RSS "]),
+        (
+            "attacks",
+            ["--fuzz", "40", "--signals", "0", "--seed", "5"],
+            ['"tracebacks": 0', '"refusals naming no file": 0', '"implausible times compared": 0'],
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
