@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pytest_gpuprof.baselines.ab import Effect, Order, Runs, in_looks
 from pytest_gpuprof.verdict.compare import parse_thresholds
+from pytest_gpuprof.verdict.paired import Effect, Order, Runs, in_looks
 
 GATE = "kernel_ms:+1%"
 

@@ -267,8 +267,8 @@ def host_main(only: set[str], runs: int, tests: int) -> None:
     """The rows that mean something without a GPU: the plugin's cost, the gate on the host backend."""
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.device import GpuDevice
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.workload import GpuWorkload
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.workload import GpuWorkload
 
     print(f"{'row (CPU machine, host backend)':<58} {'pytest-gpuprof':<34} reference", flush=True)
     if not only or "plugin" in only:
@@ -301,8 +301,8 @@ def main() -> None:
 
     from pytest_gpuprof.capture.backends.cuda import CudaBackend
     from pytest_gpuprof.capture.device import GpuDevice
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.workload import GpuWorkload
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.workload import GpuWorkload
 
     def wanted(name: str) -> bool:
         return not only or name in only

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pytest_gpuprof.analysis import metrics, whatif
 from pytest_gpuprof.capture import backends
 from pytest_gpuprof.capture.device import GpuDevice
-from pytest_gpuprof.harness.profiler import Profiler
-from pytest_gpuprof.harness.workload import GpuWorkload
+from pytest_gpuprof.measure.profiler import Profiler
+from pytest_gpuprof.measure.workload import GpuWorkload
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ __all__ = ["GpuBudgetExceeded", "GpuBudgetWarning", "GpuMemoryLeak", "Metrics", 
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
-    from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
+    from pytest_gpuprof.measure.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 
 _WHERE = {
-    "GpuBudgetExceeded": "pytest_gpuprof.harness.errors",
-    "GpuBudgetWarning": "pytest_gpuprof.harness.errors",
-    "GpuMemoryLeak": "pytest_gpuprof.harness.errors",
+    "GpuBudgetExceeded": "pytest_gpuprof.measure.errors",
+    "GpuBudgetWarning": "pytest_gpuprof.measure.errors",
+    "GpuMemoryLeak": "pytest_gpuprof.measure.errors",
     "Metrics": "pytest_gpuprof.analysis.metrics",
 }
 

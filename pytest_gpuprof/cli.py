@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from pytest_gpuprof.ab import AbError
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.baselines.gate import Gate
 from pytest_gpuprof.baselines.history import DEFAULT_METRICS
@@ -413,7 +414,7 @@ def _verbose(p: argparse.ArgumentParser) -> None:
 
 
 def _ab(args: argparse.Namespace) -> int:
-    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof import ab
 
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     if args.report is not None:
@@ -492,7 +493,7 @@ def _main(argv: Sequence[str] | None) -> int:
             raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
         print(f"merged {len(args.reports)} reports into {args.output}")
         return 0
-    except (BaselineError, CompareError) as e:
+    except (BaselineError, CompareError, AbError) as e:
         print(f"gpuprof {args.command}: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a path the system refused (a name too long): named, never a traceback

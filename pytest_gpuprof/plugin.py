@@ -30,18 +30,18 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.harness.config import Settings
-    from pytest_gpuprof.harness.errors import GpuBudgetWarning
-    from pytest_gpuprof.harness.profiler import Profiler
     from pytest_gpuprof.harness.session import GpuSession
-    from pytest_gpuprof.harness.windows import Window
-    from pytest_gpuprof.harness.workload import GpuWorkload
+    from pytest_gpuprof.measure.errors import GpuBudgetWarning
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Window
+    from pytest_gpuprof.measure.workload import GpuWorkload
 
 SESSION = pytest.StashKey["GpuSession"]()
 
 
 def __getattr__(name: str) -> Any:
     if name == "GpuBudgetWarning":  # loaded when asked for: this module loads into every pytest run
-        from pytest_gpuprof.harness.errors import GpuBudgetWarning
+        from pytest_gpuprof.measure.errors import GpuBudgetWarning
 
         return GpuBudgetWarning
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -198,7 +198,7 @@ def _warn_conftest_marks(config: pytest.Config) -> None:
         marks = getattr(plugin, "pytestmark", [])
         marks = marks if isinstance(marks, list) else [marks]
         if any(getattr(m, "name", None) in ("gpu_budget", "gpu") for m in marks):
-            from pytest_gpuprof.harness.errors import GpuBudgetWarning
+            from pytest_gpuprof.measure.errors import GpuBudgetWarning
 
             warnings.warn(
                 GpuBudgetWarning(
@@ -234,7 +234,7 @@ def gpuprof(request: pytest.FixtureRequest) -> Iterator[Profiler]:
 @pytest.fixture
 def gpu_workload(gpuprof: Profiler, gpu_device: GpuDevice, pytestconfig: pytest.Config) -> Iterator[GpuWorkload]:
     """Built-in prestage/compute workloads on this session's backend, recorded as steps."""
-    from pytest_gpuprof.harness.workload import GpuWorkload
+    from pytest_gpuprof.measure.workload import GpuWorkload
 
     settings = _start(pytestconfig).settings
     workload = GpuWorkload(gpuprof, gpu_device, rounds=settings.rounds, warmup=settings.warmup)

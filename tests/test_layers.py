@@ -23,9 +23,13 @@ ALLOWED = {
     "output": {"analysis", "verdict"},
     # the store, the choice of a baseline, the comparison and the history: no pytest
     "baselines": {"analysis", "verdict", "output"},
+    # the measuring engine: a test's windows cut, judged and kept; no pytest
+    "measure": {"analysis", "capture", "verdict", "output"},
     # the pytest layer: what runs around each test, over every layer below it
-    "harness": {"analysis", "capture", "verdict", "output", "baselines"},
+    "harness": {"analysis", "capture", "verdict", "output", "baselines", "measure"},
 }
+# the modules of ``output`` the engine may use: how a figure reads, and no more
+MEASURE_OUTPUT = {"pytest_gpuprof.output.text"}
 
 
 def _module_name(path: Path) -> str:
@@ -71,7 +75,7 @@ def graph() -> dict[str, set[str]]:
 
 def _layer(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 and parts[1] in ALLOWED else None
+    return parts[1] if len(parts) >= 2 and parts[1] in ALLOWED else None
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m)))
@@ -86,13 +90,29 @@ def test_a_layer_imports_only_what_comes_before_it(module: str) -> None:
     )
 
 
+def _outside_imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, lazily or for type checking alike."""
+    tree = ast.parse(path.read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    return names + [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+
+
 def test_the_pure_layer_imports_no_pytest_and_no_device_library() -> None:
     heavy = ("pytest", "_pytest", "cupy", "cupti", "pynvml", "hypothesis")
     for path in (PACKAGE / "analysis").rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+        names = _outside_imports(path)
         assert not [n for n in names if n.split(".")[0] in heavy], f"{path.name} imports {names}"
+
+
+def test_the_engine_imports_no_pytest_and_of_output_only_how_a_figure_reads() -> None:
+    """``measure/`` runs outside pytest (``benchmarks/``): pytest is the layer above's."""
+    paths = sorted((PACKAGE / "measure").rglob("*.py"))
+    assert len(paths) >= 8
+    for path in paths:
+        names = _outside_imports(path)
+        assert not [n for n in names if n.split(".")[0] in ("pytest", "_pytest")], f"{path.name} imports {names}"
+        output = {n for n in names if n.startswith("pytest_gpuprof.output")}
+        assert output <= MEASURE_OUTPUT, f"{path.name} imports {sorted(output - MEASURE_OUTPUT)}"
 
 
 def test_no_modules_import_each_other_in_a_circle() -> None:
@@ -148,6 +168,7 @@ def test_the_private_name_check_sees_one(tmp_path: Path) -> None:
 
 def test_the_top_level_holds_the_public_entry_points_only() -> None:
     """The pytest layer lives in ``harness/``; at the top: the package's names, the pytest
-    plugin's entry point, the command, and the hypothesis strategies."""
+    plugin's entry point, the command, the A/B runner it starts (worktrees and pytest
+    processes), and the hypothesis strategies."""
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", "__main__", "plugin", "cli", "strategies"}
+    assert top == {"__init__", "__main__", "plugin", "cli", "ab", "strategies"}

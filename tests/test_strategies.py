@@ -207,7 +207,7 @@ def test_out_of_memory_names_the_size_and_the_free_memory(pytester):
     pytester.makepyfile(
         """
         import pytest
-        from pytest_gpuprof.harness.workload import GpuOutOfMemory
+        from pytest_gpuprof.measure.workload import GpuOutOfMemory
 
         def test_too_big(gpu_workload):
             with pytest.raises(GpuOutOfMemory) as info:

@@ -2,9 +2,8 @@
 the layers below (``capture``, ``analysis``, ``verdict``, ``output``, ``baselines``).
 
 - the settings: ``options`` (every setting once), ``config`` (read and checked at start-up);
-- the public fixtures' objects: ``profiler`` (``gpuprof``), ``workload`` (``gpu_workload``),
-  with ``spans`` (steps and regions), ``windows`` (each window cut and judged) and
-  ``confirm`` (hypothesis examples);
+- the public fixtures' objects come from ``measure`` (the engine, no pytest), built here
+  with a run's settings;
 - the session: ``session`` (around each test), ``runtime`` (the backend, device and
   header), ``wrap_up`` (what a run leaves behind); the baseline and each test's comparison
   come from ``baselines.gate``;

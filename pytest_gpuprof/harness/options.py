@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.descriptors import Metric
+from pytest_gpuprof.measure import ROUNDS, WARMUP
 from pytest_gpuprof.verdict.validate import Number
 
 SWITCH = ("on", "off")
@@ -84,7 +85,7 @@ TABLE: tuple[Option, ...] = (
         "--gpu-rounds",
         "measured rounds of gpuprof.measure",
         key="rounds",
-        default=5,
+        default=ROUNDS,
         number=Number(1, 10_000, whole=True),
         metavar="N",
     ),
@@ -92,7 +93,7 @@ TABLE: tuple[Option, ...] = (
         "--gpu-warmup",
         "unmeasured warm-up rounds",
         key="warmup",
-        default=1,
+        default=WARMUP,
         number=Number(0, 10_000, whole=True),
         metavar="N",
     ),

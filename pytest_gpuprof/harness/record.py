@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from pytest_gpuprof.analysis.metrics import Metrics
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Window
     from pytest_gpuprof.harness.wrap_up import File
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Window
     from pytest_gpuprof.verdict.budget import Breach
 
 __all__ = ["build", "section", "view"]
@@ -33,7 +33,7 @@ def build(
     """The test's result, with the windows whose traces show it (the reported one first,
     then every other one whose breach counts); ``None`` where it measured nothing.
     ``raised``: what the call raised, if anything."""
-    from pytest_gpuprof.harness.errors import GpuBudgetExceeded
+    from pytest_gpuprof.measure.errors import GpuBudgetExceeded
 
     whole = not profiler.windows  # the test so far becomes its one window
     windows = profiler.final_windows()

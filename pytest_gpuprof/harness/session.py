@@ -19,11 +19,11 @@ import pytest
 from pytest_gpuprof.analysis.sources import CUPTI
 from pytest_gpuprof.harness import items
 from pytest_gpuprof.harness.config import Settings
-from pytest_gpuprof.harness.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
 from pytest_gpuprof.harness.touch import PROFILER
 from pytest_gpuprof.harness.wrap_up import FILES, Outputs
+from pytest_gpuprof.measure.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 from pytest_gpuprof.output.text import failure_message, human_bytes
 from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.budget import Budget
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
-    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.measure.profiler import Profiler
     from pytest_gpuprof.verdict.compare import Comparison
 
 
@@ -455,8 +455,8 @@ def _child_watch(settings: Settings, backend: backends.Backend) -> ChildWatch | 
 
 def _profiler(runtime: DeviceRuntime, s: Settings, budget: Budget, owner: str) -> Profiler:
     """A test's profiler, on the session's device, sampler and settings."""
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Channels
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Channels
 
     profiler = Profiler(
         runtime.backend,
@@ -467,6 +467,7 @@ def _profiler(runtime: DeviceRuntime, s: Settings, budget: Budget, owner: str) -
         enforce=s.enforce,
         owner=owner,
         disabled=s.disabled,
+        skip=pytest.skip,
         channels=Channels(
             sampler=runtime.sampler,
             pinned_gbps=lambda: runtime.device.h2d_gbps,

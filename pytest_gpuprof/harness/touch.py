@@ -18,7 +18,7 @@ from pytest_gpuprof.harness.options import TABLE
 if TYPE_CHECKING:
     from _pytest.nodes import Node
 
-    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.measure.profiler import Profiler
 
 __all__ = ["DEVICE_FIXTURES", "FIXTURES", "MARKERS", "NOT_STARTED", "PROFILER", "asked", "find_pyproject", "touches"]
 

@@ -463,14 +463,19 @@ def compare_tests(
     return out
 
 
+def kernel_metric(metric: str) -> bool:
+    """A kernel time (``kernel_ms``, one kernel's ``total_ms``): one a change of SM clock
+    moves, compared in cycles where both clocks are known (here, and ``verdict.paired``)."""
+    return metric == "kernel_ms" or (metric.startswith("kernels.") and metric.endswith(".total_ms"))
+
+
 def _in_cycles(
     change: Change, before: list[float], now: list[float], baseline_test: dict[str, Any], current_test: dict[str, Any]
 ) -> Change:
     """A kernel time's regression confirmed in cycles where both SM clocks are known: the
     current times at the baseline's clock (time x clock / baseline clock). A change the
     clock explains reads ``clock``, naming both, never ``regression``."""
-    metric = change.threshold.metric
-    if metric != "kernel_ms" and not (metric.startswith("kernels.") and metric.endswith(".total_ms")):
+    if not kernel_metric(change.threshold.metric):
         return change
     f_before = value_at(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")
     f_now = value_at(current_test.get("metrics", {}), "nvml.sm_clock_mhz")

@@ -29,7 +29,7 @@ from pytest_gpuprof.verdict.compare import Change, Comparison, formatter, kernel
 
 Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
 # ``gpuprof ab``'s interval of one look: 96%, each end a one-sided 98% bound, so that no
-# change is called a regression 2% of the time at most (``baselines.ab``)
+# change is called a regression 2% of the time at most (``verdict.paired``)
 AB_CONFIDENCE = 0.98
 # the most pairs or saved runs a line suggests: past it, "more than" that
 MOST = 200
@@ -177,7 +177,7 @@ def _threshold_seen(c: Change) -> str | None:
 def ab_pairs_needed(pair_sd: float, allowed: float) -> int:
     """The fewest pairs whose 96% interval, at a pair's spread ``pair_sd``, catches a true
     change of twice the threshold ``POWER`` of the time: its detectable distance past the
-    threshold no wider than the threshold itself (``baselines.ab``'s rule); ``MOST + 1``
+    threshold no wider than the threshold itself (``verdict.paired``'s rule); ``MOST + 1``
     where none up to ``MOST`` does."""
     from pytest_gpuprof.analysis.run_spread import t_quantile
 

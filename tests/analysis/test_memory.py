@@ -599,8 +599,8 @@ def test_memory_top_lists_the_places_live_at_each_peak_and_nothing_without_it(py
             "where the device memory was at each test's peak (--gpu-memory-top):",
             "test_top.py::test_loop: device memory peak 9.0 MiB (host), the 2 largest of 3 places live then:",
             # a comprehension is a function of its own before Python 3.12
-            "  4.0 MiB in 4 allocations at test_top.py:8 * > pytest_gpuprof/harness/workload.py:alloc (step alloc)",
-            "  3.0 MiB at test_top.py:6 body > pytest_gpuprof/harness/workload.py:alloc (step alloc)",
+            "  4.0 MiB in 4 allocations at test_top.py:8 * > pytest_gpuprof/measure/workload.py:alloc (step alloc)",
+            "  3.0 MiB at test_top.py:6 body > pytest_gpuprof/measure/workload.py:alloc (step alloc)",
             "test_top.py::test_over: device memory peak 9.0 MiB (host), the 1 largest of 1 places live then:",
         ]
     )

@@ -101,7 +101,7 @@ def test_an_unsure_test_gets_more_pairs_of_its_own(repo, monkeypatch, capsys, tm
     """A test whose interval holds its threshold is run again alone, up to --max-pairs;
     the others keep their pairs. The runs' figures are given here: the current side of one
     test alternates between its base's time and 4% more (2% on average, at a 2% limit)."""
-    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof import ab
 
     made = {"current": 0}
     asked = []
@@ -148,8 +148,8 @@ def test_an_effect_reads_as_the_metric_moved(before, after, verdict):
     """Utilization down 10 points is an effect of -10pt and a regression under
     ``utilization:-2pt``, in the line and in the JSON alike: never the worse-positive sign
     the verdict is reckoned in."""
-    from pytest_gpuprof.baselines.ab import effect
     from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.paired import effect
 
     def side(value):
         return {"utilization": value}
@@ -258,7 +258,7 @@ def test_no_repository_and_a_shallow_clone_are_one_line_each(tmp_path, monkeypat
 
 
 def test_ctrl_c_is_one_line_exit_130_and_leaves_no_worktree(repo, monkeypatch, capsys):
-    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof import ab
 
     made = []
 
@@ -277,9 +277,10 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_no_worktree(repo, monkeypatch, c
     assert not any(tree.exists() for tree in made if "gpuprof-ab-" in str(tree))
 
 
-def test_sigterm_ends_a_running_ab_with_one_line_and_nothing_left(repo, tmp_path):
-    """A runner's cancel (SIGTERM) while a pair runs: the pytest child ends, the worktree
-    and its folder go, exit 143."""
+@pytest.mark.parametrize(("name", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_or_sighup_ends_a_running_ab_with_one_line_and_nothing_left(repo, tmp_path, name, code):
+    """A runner's cancel (SIGTERM) or a closed terminal (SIGHUP) while a pair runs: the
+    pytest child ends, the worktree and its folder go, exit 128 + the signal."""
     import os
     import signal
     import sys
@@ -295,10 +296,10 @@ def test_sigterm_ends_a_running_ab_with_one_line_and_nothing_left(repo, tmp_path
     line = process.stderr.readline()  # the pair has begun
     assert "pair 1" in line or "one pair" in line
     time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(getattr(signal, name))
     rest = process.communicate(timeout=60)[1]
-    assert process.returncode == 143, rest
-    assert rest.strip().splitlines()[-1] == "gpuprof ab: stopped by SIGTERM; what it had made is removed"
+    assert process.returncode == code, rest
+    assert rest.strip().splitlines()[-1] == f"gpuprof ab: stopped by {name}; what it had made is removed"
     assert len(_worktrees(repo)) == 1
     assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
 
@@ -367,8 +368,8 @@ def test_the_printed_detectable_change_is_caught_nine_times_in_ten():
     least 90% of the time (it was the distance past the limit, caught half the time)."""
     import numpy as np
 
-    from pytest_gpuprof.baselines.ab import effect
     from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.paired import effect
 
     (limit,) = parse_thresholds("kernel_ms:+2%")
     rng = np.random.default_rng(5)
@@ -400,8 +401,8 @@ def _simulated(level, true, pairs=5, max_pairs=10, gate="kernel_ms:+1%", seed=0)
     first)`` x the true change on the current side: the code ab runs, git and pytest aside."""
     import math
 
-    from pytest_gpuprof.baselines.ab import Order, Runs, in_looks
     from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.paired import Order, Runs, in_looks
 
     thresholds = parse_thresholds(gate)
     runs, order, made = Runs(tuple(t.metric for t in thresholds)), Order(seed), []
@@ -438,8 +439,8 @@ def test_one_pair_that_straddles_a_change_of_speed_sways_no_verdict():
     (the one pair's spread); the mean alone moved the effect by 1.8 points."""
     import numpy as np
 
-    from pytest_gpuprof.baselines.ab import LOOKS, effect
     from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.paired import LOOKS, effect
 
     (gate,) = parse_thresholds("kernel_ms:+1%")
     noise = np.random.default_rng(3).normal(0, 0.002, 10)
@@ -455,7 +456,7 @@ def test_one_pair_that_straddles_a_change_of_speed_sways_no_verdict():
 def test_each_order_comes_once_in_every_two_pairs_so_a_first_run_bias_cancels():
     """The first run of each pair 5% slower (a cold cache), no true change: over an even
     number of pairs the bias cancels exactly. A coin flip per pair left it in the effect."""
-    from pytest_gpuprof.baselines.ab import Order
+    from pytest_gpuprof.verdict.paired import Order
 
     for seed in range(20):
         order = Order(seed)
@@ -564,12 +565,12 @@ def test_a_pair_keeps_only_the_figures_its_gates_read():
     import random as rnd
     import statistics
 
-    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof.verdict import paired
     from pytest_gpuprof.verdict.compare import parse_thresholds
 
     r = rnd.Random(7)
     thresholds = parse_thresholds("kernel_ms:+2%,kernels:+2%,wall_ms:+5ms")
-    kept = ab.Runs(tuple(t.metric for t in thresholds))
+    kept = paired.Runs(tuple(t.metric for t in thresholds))
     whole = []
     for _ in range(6):
         base, current = _entry(r, 1.0), _entry(r, 1.04)
@@ -583,11 +584,13 @@ def test_a_pair_keeps_only_the_figures_its_gates_read():
         "kernels.copy.total_ms": 1.0,
         "nvml.sm_clock_mhz": 1980.0,
     }
-    found = {e.metric: e for e in ab.effects(kept, thresholds)}
+    found = {e.metric: e for e in paired.effects(kept, thresholds)}
     logs = [math.log(statistics.median(c["rounds"]["kernel_ms"]["samples"]) / statistics.median(b["rounds"]["kernel_ms"]["samples"])) for b, c in whole]  # fmt: skip
     trimmed = sorted(logs)[1:-1]  # 6 pairs: the lowest and the highest left out
     assert found["kernel_ms"].effect == pytest.approx(math.expm1(statistics.fmean(trimmed)))
-    assert found["kernels.spin.total_ms"].verdict == "regression" and found["kernels.copy.total_ms"].verdict == "unchanged"
+    assert (
+        found["kernels.spin.total_ms"].verdict == "regression" and found["kernels.copy.total_ms"].verdict == "unchanged"
+    )
     assert found["wall_ms"].verdict == "unchanged"  # 0.4 ms slower, under the 5 ms allowed
 
 
@@ -598,12 +601,12 @@ def test_a_run_of_pairs_grows_by_the_numbers_it_compares_not_by_its_reports():
     import random as rnd
     import tracemalloc
 
-    from pytest_gpuprof.baselines import ab
+    from pytest_gpuprof.verdict import paired
     from pytest_gpuprof.verdict.compare import parse_thresholds
 
     r = rnd.Random(3)
     thresholds = parse_thresholds("kernel_ms:+1%,kernels:+1%")
-    runs = ab.Runs(tuple(t.metric for t in thresholds))
+    runs = paired.Runs(tuple(t.metric for t in thresholds))
 
     def report():
         return {"tests": [_entry(r, 1.0, f"t.py::test_{i}") for i in range(100)]}

@@ -43,8 +43,8 @@ def dead_pid():
 
 def test_a_window_holds_its_childrens_kernels_and_lists_each_process(tmp_path):
     from pytest_gpuprof.capture.backends.host import HostBackend
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Channels
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Channels
 
     watch, backend = ChildWatch(), HostBackend()
     try:
@@ -166,8 +166,8 @@ def test_the_message_lists_each_process():
 
 def test_a_native_program_the_test_starts_is_listed_as_not_seen_never_0():
     from pytest_gpuprof.capture.backends.host import HostBackend
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Channels
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Channels
 
     # where no injection library could be had (``tests/capture/test_injection.py``: where one can)
     watch, backend = ChildWatch(native=(None, "no injection library")), HostBackend()

@@ -97,7 +97,7 @@ def test_a_ctrl_c_between_two_worker_starts_stops_the_worker_already_running(kin
     # first must stop after its partition, or it runs every partition left on its own
     # (minutes), long after the run was interrupted.
     from pytest_gpuprof.capture import clock as clocks
-    from pytest_gpuprof.harness.workload import _run_workers
+    from pytest_gpuprof.measure.workload import _run_workers
 
     clock = clocks.make(kind)
     clock.attach()

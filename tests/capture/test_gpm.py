@@ -7,8 +7,8 @@ import pytest
 from pytest_gpuprof.capture import gpm as gpm_mod
 from pytest_gpuprof.capture.backends.host import HostBackend
 from pytest_gpuprof.capture.clock import VirtualClock
-from pytest_gpuprof.harness.profiler import Profiler
-from pytest_gpuprof.harness.windows import Channels
+from pytest_gpuprof.measure.profiler import Profiler
+from pytest_gpuprof.measure.windows import Channels
 from pytest_gpuprof.verdict.budget import Budget
 
 
@@ -109,8 +109,8 @@ def test_without_gpm_a_window_has_no_gpm_figures():
 def test_a_window_says_when_another_process_used_the_device():
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.clock import VirtualClock
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Channels
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Channels
     from pytest_gpuprof.verdict.budget import Budget
 
     class Observer:

@@ -7,8 +7,8 @@ import pytest
 
 from pytest_gpuprof.capture.backends.host import HostBackend
 from pytest_gpuprof.capture.device import GpuDevice
-from pytest_gpuprof.harness.profiler import Profiler
-from pytest_gpuprof.harness.workload import GpuWorkload
+from pytest_gpuprof.measure.profiler import Profiler
+from pytest_gpuprof.measure.workload import GpuWorkload
 from pytest_gpuprof.verdict.budget import Budget
 
 MIB = 1 << 20

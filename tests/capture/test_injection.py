@@ -55,8 +55,8 @@ def fake_cuda(tmp_path, monkeypatch):
 def run_in_window(*commands: list[str], env: dict[str, str] | None = None):
     """The processes of one window in which each command ran."""
     from pytest_gpuprof.capture.backends.host import HostBackend
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.windows import Channels
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.windows import Channels
 
     watch, backend = ChildWatch(), HostBackend()
     try:

@@ -82,7 +82,7 @@ def test_a_range_from_before_the_test_does_not_stretch_its_window(monkeypatch):
 
     from pytest_gpuprof.capture.backends.host import HostBackend
     from pytest_gpuprof.capture.clock import VirtualClock
-    from pytest_gpuprof.harness.profiler import Profiler
+    from pytest_gpuprof.measure.profiler import Profiler
 
     backend = HostBackend(VirtualClock())
     me = threading.get_native_id()

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings
 
-from pytest_gpuprof.harness.workload import GpuOutOfMemory
+from pytest_gpuprof.measure.workload import GpuOutOfMemory
 from pytest_gpuprof.output.text import human_bytes
 from pytest_gpuprof.strategies import buffer_sizes
 

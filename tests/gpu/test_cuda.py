@@ -164,8 +164,8 @@ def test_activity_buffers_are_read_from_their_bytes(gpuprof, gpu_workload):
 
 def test_events_fallback_reports_events_truth(gpu_device):
     from pytest_gpuprof.capture.backends.cuda import CudaBackend
-    from pytest_gpuprof.harness.profiler import Profiler
-    from pytest_gpuprof.harness.workload import GpuWorkload
+    from pytest_gpuprof.measure.profiler import Profiler
+    from pytest_gpuprof.measure.workload import GpuWorkload
 
     backend = CudaBackend(gpu_device.info.index, cupti=False)
     try:

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuprof.harness.errors import GpuBudgetExceeded, budget_error
+from pytest_gpuprof.measure.errors import GpuBudgetExceeded, budget_error
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.metrics import Metrics
     from pytest_gpuprof.capture.backends import Backend
-    from pytest_gpuprof.harness.windows import Window
+    from pytest_gpuprof.measure.windows import Window
 
 # more measurements that must repeat a breach inside an example before it counts
 CONFIRMATIONS = 2

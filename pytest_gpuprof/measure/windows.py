@@ -26,8 +26,8 @@ from pytest_gpuprof.analysis.processes import note as process_note
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.probe import runner_probe_ms
-from pytest_gpuprof.harness.drained import Drained, Sampler, shared_since, with_children
-from pytest_gpuprof.harness.spans import SpanRecorder
+from pytest_gpuprof.measure.drained import Drained, Sampler, shared_since, with_children
+from pytest_gpuprof.measure.spans import SpanRecorder
 from pytest_gpuprof.verdict.budget import Budget, Verdict, judge
 
 if TYPE_CHECKING:

@@ -25,6 +25,11 @@ class GpuBudgetWarning(UserWarning):
     """A budget breach in a run without ``--gpu-budget``: reported, not enforced."""
 
 
+class NotMeasuredError(Exception):
+    """A figure read that was never measured (``--gpu-disable``): outside pytest, where the
+    pytest layer makes it a skip of the test."""
+
+
 class GpuMemoryLeak(AssertionError):
     """Device memory a test (or one of its hypothesis examples) took and did not give back."""
 

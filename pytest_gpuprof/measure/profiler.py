@@ -12,39 +12,42 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, cast
 
-import pytest
-
 from pytest_gpuprof.analysis import metrics as metrics_mod
 from pytest_gpuprof.analysis import rounds as rounds_mod
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.capture import memory
 from pytest_gpuprof.capture.backends import Backend
-from pytest_gpuprof.harness import confirm
-from pytest_gpuprof.harness.confirm import Checked
-from pytest_gpuprof.harness.options import DEFAULT
-from pytest_gpuprof.harness.spans import SpanRecorder, SpanScope
-from pytest_gpuprof.harness.windows import Channels, Window, WindowCollector
+from pytest_gpuprof.measure import ROUNDS, WARMUP, confirm
+from pytest_gpuprof.measure.confirm import Checked
+from pytest_gpuprof.measure.errors import NotMeasuredError
+from pytest_gpuprof.measure.spans import SpanRecorder, SpanScope
+from pytest_gpuprof.measure.windows import Channels, Window, WindowCollector
 from pytest_gpuprof.verdict.budget import Budget, judge, parse_budget
+
+
+def not_measured(message: str) -> NoReturn:
+    """What reading an unmeasured figure does outside pytest (the pytest layer skips)."""
+    raise NotMeasuredError(message)
 
 
 class NotMeasured:
     """What ``measure``, ``metrics``, ``check`` and ``what_if`` give under ``--gpu-disable``:
-    the code ran and nothing was measured, so reading any figure skips the test (it has
-    nothing honest to assert on), never a zero."""
+    the code ran and nothing was measured, so reading any figure ends the test through
+    ``skip`` (it has nothing honest to assert on), never a zero."""
 
-    __slots__ = ()
+    __slots__ = ("_skip",)
+
+    def __init__(self, skip: Callable[[str], NoReturn]) -> None:
+        object.__setattr__(self, "_skip", skip)
 
     def __getattr__(self, name: str) -> NoReturn:
-        if name.startswith("__"):  # copy, pickle and the like ask for protocols: it has none
+        if name.startswith("__") or name == "_skip":  # copy, pickle and the like ask for protocols: it has none
             raise AttributeError(name)
-        pytest.skip(f"pytest-gpuprof: --gpu-disable: nothing was measured, so the test cannot read {name!r}")
+        self._skip(f"pytest-gpuprof: --gpu-disable: nothing was measured, so the test cannot read {name!r}")
 
     def __repr__(self) -> str:
         return "<not measured: --gpu-disable>"
-
-
-NOT_MEASURED = cast(Metrics, NotMeasured())
 
 
 class Profiler:
@@ -53,16 +56,18 @@ class Profiler:
         backend: Backend,
         *,
         budget: Budget | None = None,
-        rounds: int = DEFAULT["--gpu-rounds"],
-        warmup: int = DEFAULT["--gpu-warmup"],
+        rounds: int = ROUNDS,
+        warmup: int = WARMUP,
         rounds_floor: int | None = None,
         enforce: bool = False,
         owner: str = "this test",
         disabled: bool = False,
         channels: Channels | None = None,  # NVML, GPM, stacks, child processes: the session's
+        skip: Callable[[str], NoReturn] = not_measured,  # the pytest layer's: pytest.skip
     ) -> None:
         self.backend = backend
         self.disabled = disabled  # --gpu-disable: the code runs once, nothing is measured
+        self.unmeasured = cast(Metrics, NotMeasured(skip))
         self.budget = budget or Budget()
         self.default_rounds = rounds
         self.default_warmup = warmup
@@ -177,7 +182,7 @@ class Profiler:
         """``--gpu-disable``: the code once, its device work waited for, nothing measured."""
         fn()
         self.backend.synchronize()
-        return NOT_MEASURED
+        return self.unmeasured
 
     def rounds(self, asked: int | None) -> int:
         """The rounds a measurement runs: what it asked for (else the configured default),
@@ -247,7 +252,7 @@ class Profiler:
         draining its records); ``None`` before anything was measured."""
         self._alive("metrics")
         if self.disabled:
-            return NOT_MEASURED
+            return self.unmeasured
         if self.windows:
             return self.windows[-1].metrics
         window = self.whole_test()
@@ -260,7 +265,7 @@ class Profiler:
         default scenarios already."""
         self._alive("what_if()")
         if self.disabled:
-            return cast(Prediction, NOT_MEASURED)
+            return cast(Prediction, self.unmeasured)
         window = self.windows[-1] if self.windows else self.whole_test()
         if window is None or window.timeline is None:
             raise ValueError(f"gpuprof.what_if({scenario!r}): nothing measured yet")
@@ -278,7 +283,7 @@ class Profiler:
             own = parse_budget(limits, "gpuprof.check()", own=True)
             budget, asked = own.merged_over(self.budget), frozenset(own.keys())
         if self.disabled:  # its limits checked as written, nothing judged
-            return NOT_MEASURED
+            return self.unmeasured
         current = self.metrics_now()
         if current is None:
             raise ValueError("gpuprof.check(): nothing measured yet: no step, region or measure() in this test")

@@ -19,7 +19,7 @@ from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.capture.backends import Backend
 from pytest_gpuprof.capture.clock import Clock, Joinable, Lock
 from pytest_gpuprof.capture.device import GpuDevice
-from pytest_gpuprof.harness.profiler import Profiler
+from pytest_gpuprof.measure.profiler import Profiler
 from pytest_gpuprof.output.text import human_bytes
 
 Strategy = Literal["single-lock", "two-lock"]
