@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pytest_gpuprof.verdict.compare import parse_thresholds
 from pytest_gpuprof.verdict.paired import Effect, Order, Runs, in_looks
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 GATE = "kernel_ms:+1%"
 

@@ -15,7 +15,8 @@ def judge_gate(label: str, baseline, unchanged, slowed, expressions, counts) -> 
     ``unchanged`` and ``slowed`` are 20 runs' rounds each; every expression is judged on
     the first ``n`` rounds a side, for each ``n`` in ``counts``.
     """
-    from pytest_gpuprof.verdict.compare import assess, parse_thresholds
+    from pytest_gpuprof.verdict.compare import assess
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     print(f"    baseline rounds (ms): {' '.join(f'{v:.2f}' for v in baseline)}", flush=True)
     for name, runs in (("unchanged", unchanged), ("slowed", slowed)):

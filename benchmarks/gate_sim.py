@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from pytest_gpuprof.verdict.compare import Comparison, compare_tests, confirmed, parse_thresholds
+from pytest_gpuprof.verdict.compare import compare_tests, confirmed
+from pytest_gpuprof.verdict.comparison import Comparison
 from pytest_gpuprof.verdict.decision import decision
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 GATE = "kernel_ms:+1%"
 SAVED = 10

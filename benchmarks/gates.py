@@ -147,7 +147,8 @@ def _keep(test: dict) -> dict:
 
 def judge(path: Path, history: Path | None) -> None:
     from pytest_gpuprof.analysis.changepoints import change_points
-    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     data = json.loads(path.read_text())
     runs = data["runs"]

@@ -250,7 +250,8 @@ def replay(path: Path, gate: str) -> dict[str, int]:
     the medians alone (each run's rounds taken at its median): ``verdict.compare.assess``
     against the newest saved run, with the saved runs' spread."""
     from pytest_gpuprof.analysis.run_spread import Spread
-    from pytest_gpuprof.verdict.compare import assess, parse_thresholds
+    from pytest_gpuprof.verdict.compare import assess
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     recorded = json.loads(path.read_text())
     thresholds = [t for t in parse_thresholds(gate) if t.metric in ("wall_ms", "utilization", "kernel_ms")]

@@ -28,9 +28,9 @@ from typing import Any
 
 from pytest_gpuprof.baselines.records import clean, load
 from pytest_gpuprof.output.files import write_atomic
-from pytest_gpuprof.verdict.compare import parse_thresholds
 from pytest_gpuprof.verdict.paired import ONE_PAIR, Order, Runs, Side, in_looks
 from pytest_gpuprof.verdict.pull_request import SIDES, Outcome, listed
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 
 class AbError(Exception):
@@ -200,7 +200,7 @@ def ab(
     """Run ``pytest_args`` in ``pairs`` pairs of base and current runs; add pairs of each
     unsure test alone up to ``max_pairs``. Uncommitted changes are refused unless
     ``allow_dirty``: the head would be a tree no commit names."""
-    from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, with_listed_kernels
+    from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, with_listed_kernels
 
     gating = tuple(parse_thresholds(fail)) if fail else ()
     thresholds = with_listed_kernels(gating or parse_thresholds(DEFAULT_THRESHOLDS))

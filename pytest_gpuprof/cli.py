@@ -34,8 +34,8 @@ from pytest_gpuprof.baselines.store import Store
 from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.text import host_in, pct
-from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
 from pytest_gpuprof.verdict.decision import lines as decided_lines
+from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
 
 
 def _shape(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None, str | None] | None:
@@ -459,6 +459,37 @@ def _stop_on_signals() -> None:
             signal.signal(number, stop)
 
 
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args`` names, its exit code; its errors are ``_main``'s to say."""
+    if args.command == "show":
+        print("\n".join(show(load(args.report, strict=True), _shape(args))))
+        return 0
+    if args.command == "history":
+        return _history(args)
+    if args.command == "prune":
+        return _prune(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "ab":
+        _stop_on_signals()
+        return _ab(args)
+    if args.command == "compare":
+        new = load(args.new)
+        gate = _gate(args, new)
+        base = gate.reference.newest_record if gate.reference.store is None else None
+        lines, regressed, undecided = compare(gate, new, base, every=args.verbose)
+        print("\n".join(lines))
+        return 1 if regressed or (undecided and args.undecided == "fail") else 0
+    _output(args.output)
+    merged = merge([load(p, strict=True) for p in args.reports], [str(p) for p in args.reports])
+    try:
+        write_json(args.output, merged)
+    except OSError as e:
+        raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
+    print(f"merged {len(args.reports)} reports into {args.output}")
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "storage", "") is None:
@@ -466,33 +497,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         args.storage = default_storage(Path.cwd(), BY_FLAG["--gpu-storage"].default)
     try:
-        if args.command == "show":
-            print("\n".join(show(load(args.report, strict=True), _shape(args))))
-            return 0
-        if args.command == "history":
-            return _history(args)
-        if args.command == "prune":
-            return _prune(args)
-        if args.command == "export":
-            return _export(args)
-        if args.command == "ab":
-            _stop_on_signals()
-            return _ab(args)
-        if args.command == "compare":
-            new = load(args.new)
-            gate = _gate(args, new)
-            base = gate.reference.newest_record if gate.reference.store is None else None
-            lines, regressed, undecided = compare(gate, new, base, every=args.verbose)
-            print("\n".join(lines))
-            return 1 if regressed or (undecided and args.undecided == "fail") else 0
-        _output(args.output)
-        merged = merge([load(p, strict=True) for p in args.reports], [str(p) for p in args.reports])
-        try:
-            write_json(args.output, merged)
-        except OSError as e:
-            raise BaselineError(f"-o {args.output}: cannot write: {e.strerror}") from None
-        print(f"merged {len(args.reports)} reports into {args.output}")
-        return 0
+        return _run(args)
     except (BaselineError, CompareError, AbError) as e:
         print(f"gpuprof {args.command}: {e}", file=sys.stderr)
         return 2

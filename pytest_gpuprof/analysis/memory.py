@@ -135,6 +135,42 @@ def highest(peaks: Iterable[tuple[int, int]]) -> tuple[int, int]:
     return max(*lows, 0), max(*highs, 0)
 
 
+class _Seen(NamedTuple):
+    """What the allocations seen one by one tell of a window: the largest held at its peak,
+    what it kept by step, the places that held the most, and, where every allocation is
+    seen, what it kept (``leaked``: their bytes; ``None``: the counters' difference)."""
+
+    largest: tuple[Held, ...] = ()
+    leaks: tuple[Held, ...] = ()
+    sites: tuple[Held, ...] = ()
+    step_leaks: dict[str, int] | None = None
+    kept: tuple[Kept, ...] | None = None
+    leaked: int | None = None
+
+
+def _one_by_one(log: MemoryLog, marks: list[MemoryMark], spans: dict[int, Span], peak_seq: int | None) -> _Seen:
+    if log.allocations is None:
+        return _Seen()
+    first, last = marks[0].seq, marks[-1].seq
+    mine = [a for a in log.allocations if first <= a.seq <= last]
+    edges = [m.seq for m in marks]
+    kept = [
+        Kept(a.seq, _held(a, spans), _open_at(a.seq, edges, marks, spans))
+        for a in mine
+        if a.end_seq is None or a.end_seq > last
+    ]
+    largest: tuple[Held, ...] = ()
+    sites: tuple[Held, ...] = ()
+    if peak_seq is not None:
+        live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
+        largest = tuple(_held(a, spans) for a in sorted(live, key=lambda a: (-a.nbytes, a.seq))[:LARGEST])
+        sites = _by_place(live, spans)[:SITES]
+    if not log.every:  # what the window kept: the counters' difference
+        return _Seen(largest, _by_step(kept), sites)
+    leaked = sum(k.held.nbytes for k in kept)
+    return _Seen(largest, _by_step(kept), sites, _inclusive(kept, spans), tuple(kept), leaked)
+
+
 def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None, dict[str, int | None]]:
     """The window's memory figures and each step's peak (bytes over the window's start;
     ``None`` where it is known as a range only: ``MemoryMetrics.bounds``)."""
@@ -142,7 +178,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     if len(marks) < 2:
         return None, {}
     spans = {s.span_id: s for s in steps}
-    base, first, last = marks[0].held, marks[0].seq, marks[-1].seq
+    base = marks[0].held
     stretches = list(itertools.pairwise(marks))  # the steps open over each: those after its first edge
     rises = [after.peak - base for _, after in stretches]
     lows = [(after.peak if after.peak_low is None else after.peak_low) - base for _, after in stretches]
@@ -158,32 +194,7 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
     within = sorted((spans[i] for i in open_at_peak if i in spans), key=lambda s: (s.depth, s.start))
     step_peaks = _step_peaks([before for before, _ in stretches], spans, lows, rises, bounds)
     reserved = [a.reserved_peak for _, a in stretches if a.reserved_peak is not None]
-    largest: tuple[Held, ...] = ()
-    leaks: tuple[Held, ...] = ()
-    sites: tuple[Held, ...] = ()
-    step_leaks: dict[str, int] | None = None
-    # what the window kept: every allocation's count where the sources see each one, else
-    # what the counters held more at the end than at the start
-    leaked = max(marks[-1].held - base, 0)
-    kept_each: tuple[Kept, ...] | None = None
-    if log.allocations is not None:
-        mine = [a for a in log.allocations if first <= a.seq <= last]
-        edges = [m.seq for m in marks]
-        kept = [
-            Kept(a.seq, _held(a, spans), _open_at(a.seq, edges, marks, spans))
-            for a in mine
-            if a.end_seq is None or a.end_seq > last
-        ]
-        leaks = _by_step(kept)
-        if log.every:
-            kept_each = tuple(kept)
-            leaked = sum(k.held.nbytes for k in kept)
-            step_leaks = _inclusive(kept, spans)
-        peak_seq = stretches[top][1].peak_seq
-        if peak_seq is not None:
-            live = [a for a in mine if a.seq <= peak_seq and (a.end_seq is None or a.end_seq > peak_seq)]
-            largest = tuple(_held(a, spans) for a in sorted(live, key=lambda a: (-a.nbytes, a.seq))[:LARGEST])
-            sites = _by_place(live, spans)[:SITES]
+    seen = _one_by_one(log, marks, spans, stretches[top][1].peak_seq)
     end = marks[-1]
     metrics = MemoryMetrics(
         peak_bytes=None if PEAK in bounds else window[1],
@@ -191,15 +202,15 @@ def compute(log: MemoryLog, steps: Sequence[Span]) -> tuple[MemoryMetrics | None
         peak_step=at_peak.name if at_peak is not None else None,
         source=log.source,
         peak_within=tuple(s.name for s in within if s is not at_peak),
-        leaked_bytes=leaked,
-        largest=largest,
-        leaks=leaks,
-        step_leaks=step_leaks,
-        sites=sites,
+        leaked_bytes=max(end.held - base, 0) if seen.leaked is None else seen.leaked,
+        largest=seen.largest,
+        leaks=seen.leaks,
+        step_leaks=seen.step_leaks,
+        sites=seen.sites,
         cached_bytes=None if end.reserved is None else max(end.reserved - end.held, 0),
         note=log.note,
         bounds=bounds,
-        kept=kept_each,
+        kept=seen.kept,
         start_held=base,
     )
     return metrics, step_peaks

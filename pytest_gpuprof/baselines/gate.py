@@ -20,17 +20,10 @@ from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS
 from pytest_gpuprof.baselines import records
 from pytest_gpuprof.baselines.records import BaselineError, entry_problem
 from pytest_gpuprof.baselines.reference import Reference
-from pytest_gpuprof.verdict.compare import (
-    DEFAULT_THRESHOLDS,
-    Change,
-    Comparison,
-    Threshold,
-    clock_note,
-    compare_tests,
-    gated_comparisons,
-    parse_thresholds,
-    with_listed_kernels,
-)
+from pytest_gpuprof.verdict.change import Change
+from pytest_gpuprof.verdict.compare import clock_note, compare_tests, gated_comparisons
+from pytest_gpuprof.verdict.comparison import Comparison
+from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_thresholds, with_listed_kernels
 
 # what a comparison with a report's file says: one run holds no spread between runs
 FILE_NOTE = (

@@ -183,6 +183,42 @@ def holder_of(fd: int, lock: Path) -> str:
     return f"pid {holder.pid} (user {_user(holder.uid)})" + (f": {holder.test}" if holder.test else "")
 
 
+class _Taker:
+    """A blocking ``flock`` of a second descriptor of ``fd``'s open file, in a helper thread:
+    the lock it takes is ``fd``'s. ``got`` is set when it holds; ``cancel`` gives it up
+    (its lock then goes with its last descriptor), ``finish`` ends it once it holds."""
+
+    def __init__(self, fd: int, how: int) -> None:
+        self._second = os.dup(fd)
+        self._how = how
+        self.got = threading.Event()
+        self._guard = threading.Lock()
+        self._done = self._cancelled = False
+        self._thread = threading.Thread(target=self._take, name="gpuprof-device-lock", daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._second, self._how)
+        with self._guard:
+            self._done = True
+            if self._cancelled:
+                os.close(self._second)
+        self.got.set()
+
+    def cancel(self) -> bool:
+        """Give the wait up; ``False`` where it took the lock meanwhile (then ``finish``)."""
+        with self._guard:
+            if self._done:
+                return False
+            self._cancelled = True
+            return True
+
+    def finish(self) -> None:
+        os.close(self._second)  # the lock stays with ``fd``: the same open file
+        self._thread.join()  # it set ``got`` as its last step: no thread of the wait outlives it
+
+
 class DeviceLock:
     """The exclusive hold of one device: ``acquire`` waits until no other process of
     this plugin holds it (saying so) and returns how long that took."""
@@ -241,21 +277,8 @@ class DeviceLock:
         if self.gave_up is not None:  # the hold this session gave up on, most likely: once is enough
             raise LockError(f"{self.gave_up}; refused at once: this session waited for it once already")
         self.say(f"gpuprof: waiting for GPU {self.key}, held by {holder}")
-        second = os.dup(fd)
-        got, guard = threading.Event(), threading.Lock()
-        state = {"done": False, "cancelled": False}
-
-        def take() -> None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(second, how)
-            with guard:
-                state["done"] = True
-                if state["cancelled"]:  # given up on: its lock goes with its last descriptor
-                    os.close(second)
-            got.set()
-
-        helper = threading.Thread(target=take, name="gpuprof-device-lock", daemon=True)
-        helper.start()
+        taker = _Taker(fd, how)
+        got = taker.got
         counted = start  # the timeout counts from here; a sibling worker's hold moves it on
         said = start
         while not got.wait(max(0.0, min(SAY_EVERY_S, self.timeout_s - (time.monotonic() - counted)))):
@@ -269,22 +292,19 @@ class DeviceLock:
                     )
                 continue
             if now - counted >= self.timeout_s:
-                with guard:
-                    if not state["done"]:
-                        state["cancelled"] = True
-                        self.gave_up = (
-                            f"gpuprof: waited {self.timeout_s:g} s for GPU {self.key}, held by "
-                            f"{holder_of(fd, path)}: giving up (--gpu-lock-timeout, lock_timeout in [tool.gpuprof])"
-                        )
-                        raise LockError(self.gave_up)
+                if taker.cancel():
+                    self.gave_up = (
+                        f"gpuprof: waited {self.timeout_s:g} s for GPU {self.key}, held by "
+                        f"{holder_of(fd, path)}: giving up (--gpu-lock-timeout, lock_timeout in [tool.gpuprof])"
+                    )
+                    raise LockError(self.gave_up)
                 break
             said = now
             self.say(
                 f"gpuprof: still waiting for GPU {self.key} ({now - counted:.0f} s of {self.timeout_s:g}), "
                 f"held by {holder_of(fd, path)}"
             )
-        os.close(second)  # the lock stays with ``fd``: the same open file
-        helper.join()  # it set ``got`` as its last step: no thread of the wait outlives it
+        taker.finish()
         self.gave_up = None  # the hold is over: a later one gets a wait of its own
         return (time.monotonic() - start) * 1000, holder
 

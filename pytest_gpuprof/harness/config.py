@@ -34,7 +34,7 @@ from pytest_gpuprof.harness.touch import find_pyproject
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.compare import Threshold
+    from pytest_gpuprof.verdict.thresholds import Threshold
 
 BackendChoice = Literal["auto", "cuda", "host"]
 HostClock = Literal["real", "virtual"]
@@ -357,7 +357,7 @@ def _thresholds(given: list[str] | None) -> tuple[Threshold, ...]:
     """``--gpu-compare-fail``'s expressions, every one given."""
     if not given:
         return ()
-    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import CompareError, parse_thresholds
 
     try:
         return tuple(parse_thresholds(",".join(given)))

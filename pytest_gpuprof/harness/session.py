@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.measure.profiler import Profiler
-    from pytest_gpuprof.verdict.compare import Comparison
+    from pytest_gpuprof.verdict.comparison import Comparison
+    from pytest_gpuprof.verdict.record import Compared, GpuRecord
 
 
 # why a test could not hold its device (``--gpu-exclusive``): its set-up fails with it
@@ -109,13 +110,21 @@ class GpuSession:
     def let_go(self) -> None:
         self.runtime.let_go()
 
-    def result(self, nodeid: str, profiler: Profiler, raised: BaseException | None = None) -> TestResult | None:
-        """What the test measured and judged (``record.build``), kept where its verdict is
-        built from; its windows' traces written (``--gpu-trace``)."""
+    def result(
+        self, nodeid: str, profiler: Profiler, raised: BaseException | None = None, compare: bool = False
+    ) -> TestResult | None:
+        """What the test measured and judged (``record.build``; ``compare``: against the
+        baseline too), kept where its verdict is built from; its windows' traces written
+        (``--gpu-trace``)."""
         from pytest_gpuprof.harness import record
 
         built = record.build(
-            nodeid, profiler, raised, enforced=self.settings.enforce, device=self.runtime.device_number
+            nodeid,
+            profiler,
+            raised,
+            enforced=self.settings.enforce,
+            device=self.runtime.device_number,
+            compare=self._compare if compare and self.gate is not None else None,
         )
         if built is None:
             return None
@@ -154,11 +163,11 @@ class GpuSession:
             if raised is None:
                 pytest.fail(str(e), pytrace=False)
             return
-        result = self.result(item.nodeid, profiler, raised)
+        result = self.result(item.nodeid, profiler, raised, compare=True)
         if result is None:
             return
         record = result.record
-        gated = self._compare(item.nodeid, result) if self.gate is not None else []
+        gated = self._gate_says(result) if self.gate is not None else []
         if raised is not None:
             return
         message = None
@@ -179,42 +188,43 @@ class GpuSession:
             _warn(item, line)
         if message is not None and not self.settings.enforce and not _warn(item, message):
             failures.append((message, GPU_BUDGET))  # warnings are errors here (-W error): fail with the message
-            record.warned_as_error = True
+            result.warned_as_error = True
         if failures:
             self.failed_by_gate[item.nodeid] = failures[0][1]
             pytest.fail("\n".join(text for text, _ in failures), pytrace=False)
 
-    def _compare(self, nodeid: str, result: TestResult) -> list[tuple[str, str | None]]:
-        """The test against its baseline, recorded; what the gate says of it, each with the
-        word its failure reads (``None``: a warning only): the comparison's own error, a
-        regression, an undecided gate (failed under ``--gpu-compare-undecided=fail``)."""
-        from pytest_gpuprof.verdict.decision import decision, gate_entry, undecided_message
+    def _compare(self, record: GpuRecord) -> tuple[Comparison, Compared]:
+        """The test against its baseline, confirmed by fresh runs where it regressed
+        (``--gpu-compare-confirm``), and what its record keeps of it."""
+        from pytest_gpuprof.verdict.decision import decision
+        from pytest_gpuprof.verdict.record import Compared
 
         assert self.gate is not None
-        record = result.record
         environment = self.runtime.environment()
-        comparison = self.gate.compare(nodeid, record.to_dict(), environment)
+        comparison = self.gate.compare(record.nodeid, record.to_dict(), environment)
         if self.settings.compare_confirm and decision(comparison)[0] == "regression":
-            comparison = self._confirm(nodeid, comparison, environment)
-        result.comparison = comparison
-        record.comparisons = comparison.change_records()
-        record.baseline = comparison.record()
-        record.regressions = comparison.labels
-        record.inert = comparison.inert
-        record.gated = comparison.gates
-        record.gate = gate_entry(comparison)
-        undecided = decision(comparison)[1]
-        record.undecided = [u.what for u in undecided]
-        record.undecided_failed = bool(undecided) and self.settings.compare_undecided == "fail"
+            comparison = self._confirm(record.nodeid, comparison, environment)
+        return comparison, Compared.of(comparison, self.settings.compare_undecided == "fail")
+
+    def _gate_says(self, result: TestResult) -> list[tuple[str, str | None]]:
+        """What the gate says of the test, each with the word its failure reads (``None``: a
+        warning only): the comparison's own error, a regression, an undecided gate (failed
+        under ``--gpu-compare-undecided=fail``)."""
+        from pytest_gpuprof.verdict.decision import decision, undecided_message
+
+        comparison = result.comparison
+        if comparison is None or self.gate is None:
+            return []
         if comparison.error:
             return [(f"gpuprof: the gate could not compare this test: {comparison.why_not}", GPU_GATE_ERROR)]
         said: list[tuple[str, str | None]] = []
         regression = comparison.failure()
         if regression is not None:
             said.append((regression, GPU_REGRESSION))
+        undecided = decision(comparison)[1]
         if undecided:
             text = undecided_message(undecided, comparison.source or self.gate.where)
-            if record.undecided_failed:
+            if result.record.compared.undecided_failed:
                 said.append((text, GPU_UNDECIDED))
             else:
                 said.append((f"gpuprof: {text} (--gpu-compare-undecided=fail fails it)", None))
@@ -255,7 +265,7 @@ class GpuSession:
         if leaks:
             self.backend.trim()
             if nodeid in self.results:
-                self.results[nodeid].record.leaks = leaks
+                self.results[nodeid].leaks = tuple(leaks)
             raise GpuMemoryLeak("GPU memory leak: " + "; ".join(leaks))
 
     def measured(self, nodeid: str) -> bool:
@@ -312,12 +322,15 @@ class GpuSession:
 
     def view(self, nodeid: str) -> TestView:
         from pytest_gpuprof.harness import record
+        from pytest_gpuprof.verdict.record import Ending
 
         result = self.results[nodeid]
-        kept = result.record
-        kept.outcome, kept.xfail = self.tests.of(nodeid)
-        kept.reruns = self.tests.reruns(nodeid)
-        kept.waited_ms, kept.waited_for = self.waited.get(nodeid, (0.0, ""))
+        outcome, xfail = self.tests.of(nodeid)
+        waited_ms, waited_for = self.waited.get(nodeid, (0.0, ""))
+        ending = Ending(
+            outcome, xfail, self.tests.reruns(nodeid), waited_ms, waited_for, result.leaks, result.warned_as_error
+        )
+        result.record = dataclasses.replace(result.record, ending=ending)  # the record's second and last making
         per_file = [f for f in FILES if f.where(self.settings) is not None]
         compare = _compare_lines(result)
         machine = {**self.runtime.machine(), "environment": self.runtime.environment()}
@@ -422,7 +435,7 @@ def _said(result: TestResult, profiler: Profiler) -> list[str]:
     never entered or never left."""
     record = result.record
     lines = [f"GPU budget not judged: {line}" for line in record.unjudged]
-    if not profiler.budget.empty or record.gated:
+    if not profiler.budget.empty or record.compared.gated:
         lines += [f"gpuprof: {line}" for line in record.outside]
     comparison = result.comparison
     if comparison is not None:

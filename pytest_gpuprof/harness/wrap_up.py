@@ -23,8 +23,8 @@ from pytest_gpuprof.output.views import TestView
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
-    from pytest_gpuprof.output.report import GpuRecord
     from pytest_gpuprof.verdict.decision import RunGate
+    from pytest_gpuprof.verdict.record import GpuRecord
 
 # waits under this are the lock changing hands, not worth a line
 WAIT_NOTED_MS = 1.0
@@ -117,12 +117,29 @@ class Outputs:
             "where the device memory was at each test's peak (--gpu-memory-top):",
             [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
         )
-        from pytest_gpuprof.verdict.compare import DEFAULT_THRESHOLDS, NEW
-        from pytest_gpuprof.verdict.decision import SHORT, RunGate
+        from pytest_gpuprof.verdict.decision import RunGate
 
         gate = RunGate.of(v.test for v in views.values())
         if compared_with is None and gate is not None:  # an xdist controller: its workers compared
             compared_with = gate.names_baseline()
+        self._comparison(tr, views, compared_with)
+        sharing = self._sharing_note(views)
+        if sharing:
+            tr.write_line(sharing)
+        for line in self.written:
+            tr.write_line(line)
+        if self.settings.trace is not None:
+            tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
+        if gate is not None:
+            self._gate_lines(tr, gate)
+
+    def _comparison(self, tr: Any, views: Mapping[str, TestView], compared_with: object) -> None:
+        """The comparison with the baseline: its heading (why it was chosen, wrapped under it
+        on one screen), each test's lines, the tests no gate held, a gate that gates nothing."""
+        from pytest_gpuprof.verdict.comparison import NEW
+        from pytest_gpuprof.verdict.decision import SHORT
+        from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS
+
         compare = [line for v in views.values() for line in v.compare]
         heading, why = f"compared with baseline {compared_with}:", []
         if (
@@ -143,15 +160,6 @@ class Outputs:
                 "gpuprof: nothing gates on these changes: give --gpu-compare-fail=EXPR (for example "
                 f"--gpu-compare-fail={DEFAULT_THRESHOLDS}) to fail a test that clearly regressed"
             )
-        sharing = self._sharing_note(views)
-        if sharing:
-            tr.write_line(sharing)
-        for line in self.written:
-            tr.write_line(line)
-        if self.settings.trace is not None:
-            tr.write_line(f"gpuprof: one trace per test in {self.settings.trace} (open in ui.perfetto.dev)")
-        if gate is not None:
-            self._gate_lines(tr, gate)
 
     def _every_line(self, tr: Any) -> bool:
         return bool(tr.config.option.verbose > 0 or self.settings.summary_rows is None)

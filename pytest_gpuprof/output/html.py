@@ -16,8 +16,8 @@ from pytest_gpuprof.analysis.lanes import bucket, build
 from pytest_gpuprof.analysis.memory import step_peak
 from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
-from pytest_gpuprof.output.report import GpuRecord
 from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
+from pytest_gpuprof.verdict.record import GpuRecord
 
 MAX_ITEMS = 1500
 
@@ -26,7 +26,7 @@ def comparison_lines(record: GpuRecord) -> list[str]:
     """The test's comparison as the page shows it: which baseline record, then each change
     that is not ``unchanged``, its line as the terminal gives it (a record from before
     records held their line: built from its figures)."""
-    b = record.baseline
+    b = record.compared.baseline
     if b is None:
         return []
     commit = f", commit {b['commit'][:12]}" if b.get("commit") else ""
@@ -37,7 +37,7 @@ def comparison_lines(record: GpuRecord) -> list[str]:
     def shown(v: object) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    for c in record.comparisons:
+    for c in record.compared.changes:
         if c["finding"] in ("unchanged", "absent"):
             continue
         if isinstance(c.get("line"), str):  # as the terminal says it: spread, clocks, probes
@@ -58,9 +58,9 @@ def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
     bounds: Mapping[str, tuple[int, int]] = m.memory.bounds if m.memory is not None else {}
     data: dict[str, Any] = {
         "id": record.nodeid,
-        "outcome": record.outcome,
-        "reruns": record.reruns,
-        "xfail": record.xfail,
+        "outcome": record.ending.outcome,
+        "reruns": record.ending.reruns,
+        "xfail": record.ending.xfail,
         "verdict": record.status,
         # each breach with the text the message gives it (its metric's own unit)
         "breaches": [{**b.to_dict(), "text": describe_breach(b)} for b in record.breaches],

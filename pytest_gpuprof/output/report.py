@@ -1,4 +1,5 @@
-"""What a session reports: per-test records, the terminal table, the JSON report."""
+"""What a session reports of its records (``verdict.record``): the terminal table, the
+JSON report, the machine record, the step summary."""
 
 from __future__ import annotations
 
@@ -7,170 +8,17 @@ import hashlib
 import platform
 import re
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
-from pytest_gpuprof.analysis.model import RECORDS_LOST
 from pytest_gpuprof.analysis.names import fit
 from pytest_gpuprof.output.schema import SCHEMA
 from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
-from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
-from pytest_gpuprof.verdict.outcome import Check, TestVerdict
+from pytest_gpuprof.verdict.record import GpuRecord, WindowBreach
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.decision import RunGate
-
-
-@dataclass(frozen=True, slots=True)
-class WindowBreach:
-    """One window whose breaches count against its test: which, its breaches, its figures."""
-
-    index: int
-    label: str
-    count: int  # the test's windows
-    breaches: tuple[Breach, ...]
-    metrics: Metrics
-
-    @property
-    def where(self) -> tuple[str, int, int] | None:
-        """Which window, for a message: ``None`` for a test of one window."""
-        return (self.label, self.index, self.count) if self.count > 1 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        m = self.metrics
-        return {
-            "window": self.index,
-            "label": self.label,
-            "breaches": [b.key for b in self.breaches],
-            "wall_ms": m.wall_ms,
-            "utilization": m.utilization,
-        }
-
-
-@dataclass
-class GpuRecord:
-    """A measured test: its reported window's figures, and every record its verdict is
-    built from (``verdict``)."""
-
-    nodeid: str
-    metrics: Metrics
-    budget: Budget
-    breaches: list[Breach]  # that count against the test: the reported window's, or an uncaught check()'s
-    enforced: bool
-    windows: int = 1
-    examples: int = 0  # of the windows, those measured inside hypothesis examples
-    outcome: str = "passed"  # the final run's, where a rerun plugin repeated the test
-    xfail: bool = False
-    reruns: int = 0  # how many times a rerun plugin repeated it before that outcome
-    device: int = 0
-    checks: list[Check] = field(default_factory=list)
-    expected: list[Breach] = field(default_factory=list)  # breaches a check() the test caught had raised
-    failed_check: bool = False  # a check() raised and the test did not catch it
-    warned_as_error: bool = False  # a breach's warning failed the test (-W error)
-    # the limits that could not be judged, with the reason; device work in no window
-    unjudged: list[str] = field(default_factory=list)
-    outside: list[str] = field(default_factory=list)
-    # every window whose breaches count, worst first (the reported one, ``metrics``, first)
-    breached_windows: list[WindowBreach] = field(default_factory=list)
-    # the comparison with the baseline: each change's record, the gating metrics that
-    # regressed, the gating expressions that could not fail; whether a gate applied
-    comparisons: list[dict[str, Any]] = field(default_factory=list)
-    baseline: dict[str, Any] | None = None  # which baseline record: name, created, commit, key, pooled
-    regressions: list[str] = field(default_factory=list)
-    inert: list[str] = field(default_factory=list)
-    gated: bool = False
-    # what the gate decided (``verdict.decision.gate_entry``); the figures it left undecided,
-    # and whether that failed the test (--gpu-compare-undecided=fail)
-    gate: dict[str, Any] | None = None
-    undecided: list[str] = field(default_factory=list)
-    undecided_failed: bool = False
-    leaks: list[str] = field(default_factory=list)
-    # --gpu-exclusive: how long the test waited for its device, before any window, and whom for
-    waited_ms: float = 0.0
-    waited_for: str = ""
-    # every window of the test, by label, for the CSV file (``window_rows``)
-    all_windows: list[tuple[str, Metrics]] = field(default_factory=list)
-
-    @property
-    def verdict(self) -> TestVerdict:
-        """The test's one verdict, from every record above (``verdict.outcome``)."""
-        return TestVerdict(
-            outcome=self.outcome,
-            xfail=self.xfail,
-            budget_set=not self.budget.empty,
-            gated=self.gated,
-            breaches=tuple(self.breaches),
-            breaches_failed=self.enforced or self.failed_check or self.warned_as_error,
-            expected=tuple(self.expected),
-            regressions=tuple(self.regressions),
-            undecided=tuple(self.undecided),
-            undecided_failed=self.undecided_failed,
-            inert=tuple(self.inert),
-            leaks=tuple(self.leaks),
-            unjudged=tuple(self.unjudged) or tuple(not_measured(self.budget, self.metrics)),
-            records_lost=any(note.startswith(RECORDS_LOST) for note in self.metrics.notes),
-        )
-
-    @property
-    def status(self) -> str:
-        return self.verdict.status
-
-    def properties(self) -> list[tuple[str, object]]:
-        """The headline figures as JUnit XML properties (``record_property``)."""
-        m = self.metrics
-        figures: list[tuple[str, object]] = [
-            ("gpuprof.truth", m.truth),
-            ("gpuprof.wall_ms", round(m.wall_ms, 3)),
-        ]
-        for name, digits in (("kernel_ms", 3), ("utilization", 4), ("overhead_ms", 3), ("reported_utilization", 4)):
-            value = getattr(m, name)
-            if value is not None:
-                figures.append((f"gpuprof.{name}", round(value, digits)))
-        figures.append(("gpuprof.verdict", self.status))
-        if self.baseline is not None:
-            figures.append(("gpuprof.baseline", self.baseline["key"]))
-        if self.gate is not None:
-            figures.append(("gpuprof.gate", self.gate["decision"]))
-            figures += [("gpuprof.undecided", f"{u['metric']}: {u['why']}") for u in self.gate["undecided"]]
-        if self.reruns:
-            figures.append(("gpuprof.reruns", self.reruns))
-        return figures
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "nodeid": self.nodeid,
-            "outcome": self.outcome,
-            "reruns": self.reruns,
-            "metrics": self.metrics.to_dict(),
-            "rounds": {path: s.to_dict() for path, s in self.metrics.rounds.items()},
-            "budget": {"limits": self.budget.limits(), "breaches": [b.to_dict() for b in self.breaches]},
-            "windows": self.windows,
-            "verdict": self.status,
-            "judgement": self.verdict.to_dict(),
-            "device": self.device,
-            "waited_ms": round(self.waited_ms, 3),
-        }
-        if self.breached_windows and self.windows > 1:
-            out["breached_windows"] = [w.to_dict() for w in self.breached_windows]
-        if self.waited_for:
-            out["waited_for"] = self.waited_for
-        if self.checks:
-            out["checks"] = [c.to_dict() for c in self.checks]
-        if self.baseline is not None:
-            out["baseline"] = self.baseline
-        if self.comparisons:
-            out["comparisons"] = self.comparisons
-        if self.gate is not None:
-            out["gate"] = self.gate
-        if self.outside:
-            out["outside_windows"] = self.outside
-        if self.xfail:
-            out["xfail"] = True
-        if self.examples:
-            out["examples"] = self.examples
-        return out
 
 
 def machine_id(machine: dict[str, Any]) -> str:
@@ -243,7 +91,7 @@ def row_figures(record: GpuRecord) -> list[dict[str, float]]:
 def window_rows(record: GpuRecord) -> list[dict[str, Any]]:
     """One CSV row per window of the test: which, its outcome and verdict, its figures."""
     windows = record.all_windows or [("test", record.metrics)]
-    head = {"test": record.nodeid, "outcome": record.outcome, "verdict": record.status}
+    head = {"test": record.nodeid, "outcome": record.ending.outcome, "verdict": record.status}
     return [{**head, "window": i, "label": label, **m.flat()} for i, (label, m) in enumerate(windows)]
 
 

@@ -111,36 +111,43 @@ def _test() -> dict[str, Any]:
             "waited_ms": {"type": "number", "minimum": 0},
             "checks": {"type": "array", "items": {"type": "object", "required": ["breaches", "expected"]}},
             "comparisons": {"type": "array", "items": {"type": "object"}},
-            # which baseline record the test was compared with
-            "baseline": {
-                "type": "object",
-                "required": ["key", "name", "created", "commit", "branch", "pooled", "status"],
-                "properties": {
-                    "key": {"type": "string"},
-                    "name": {"type": "string"},
-                    "created": {"type": "string"},
-                    "commit": {"type": "string"},
-                    "branch": {"type": "string"},
-                    "pooled": {"type": "integer", "minimum": 1},
-                    "status": {"enum": ["compared", "new", "not compared"]},
-                    "why_not": {"type": "string"},
-                },
-            },
-            # what the gate decided of the test, and the figures it left undecided
-            "gate": {
-                "type": "object",
-                "required": ["decision", "undecided"],
-                "properties": {
-                    "decision": {"enum": ["regression", "undecided", "improvement", "unchanged", "new"]},
-                    "undecided": {"type": "array", "items": _UNDECIDED},
-                    # the fresh runs its regressions were put to (--gpu-compare-confirm)
-                    "confirmed_by": {"type": "integer", "minimum": 1},
-                },
-            },
+            **_compared(),
             "xfail": {"type": "boolean"},
         },
         "if": {"required": ["crashed"]},
         "else": {"required": ["metrics", "rounds", "budget", "windows", "verdict", "judgement"]},
+    }
+
+
+def _compared() -> dict[str, Any]:
+    """A test entry's comparison with its baseline."""
+    return {
+        # which baseline record the test was compared with
+        "baseline": {
+            "type": "object",
+            "required": ["key", "name", "created", "commit", "branch", "pooled", "status"],
+            "properties": {
+                "key": {"type": "string"},
+                "name": {"type": "string"},
+                "created": {"type": "string"},
+                "commit": {"type": "string"},
+                "branch": {"type": "string"},
+                "pooled": {"type": "integer", "minimum": 1},
+                "status": {"enum": ["compared", "new", "not compared"]},
+                "why_not": {"type": "string"},
+            },
+        },
+        # what the gate decided of the test, and the figures it left undecided
+        "gate": {
+            "type": "object",
+            "required": ["decision", "undecided"],
+            "properties": {
+                "decision": {"enum": ["regression", "undecided", "improvement", "unchanged", "new"]},
+                "undecided": {"type": "array", "items": _UNDECIDED},
+                # the fresh runs its regressions were put to (--gpu-compare-confirm)
+                "confirmed_by": {"type": "integer", "minimum": 1},
+            },
+        },
     }
 
 

@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
-    from pytest_gpuprof.output.report import GpuRecord
-    from pytest_gpuprof.verdict.compare import Comparison
+    from pytest_gpuprof.verdict.comparison import Comparison
+    from pytest_gpuprof.verdict.record import GpuRecord
 
 
 @dataclass
 class TestResult:
-    """A measured test in this process: its record, the timeline of its primary window
-    (the first breaching one, else the last), and its comparison with the baseline."""
+    """A measured test in this process: its record (replaced whole at its tear-down, never
+    written), the timeline of its primary window (the first breaching one, else the last),
+    and its comparison with the baseline."""
 
     __test__ = False  # not a pytest test class
 
@@ -23,6 +24,10 @@ class TestResult:
     timeline: Timeline | None
     comparison: Comparison | None = None  # None: no baseline compared with
     primary: int = 0  # the index of the window it is reported by
+    # what the record's ending will say, gathered before its tear-down: the device memory
+    # the test kept, and whether a breach's warning failed it (-W error)
+    leaks: tuple[str, ...] = ()
+    warned_as_error: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,112 +21,22 @@ so fewer than 4 rounds a side never give a finding.
 
 from __future__ import annotations
 
-import difflib
-import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.levels import learn
-from pytest_gpuprof.analysis.mann_whitney import ALPHA, can_fail, mann_whitney_greater
-from pytest_gpuprof.analysis.names import readable, short, short_names
+from pytest_gpuprof.analysis.mann_whitney import ALPHA, mann_whitney_greater
+from pytest_gpuprof.analysis.names import short_names
 from pytest_gpuprof.analysis.run_spread import Spread
 from pytest_gpuprof.analysis.throttle import throttle_names
+from pytest_gpuprof.verdict.change import Change, Finding
 from pytest_gpuprof.verdict.samples import samples_of, value_at
+from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
 
-# the metric may hold colons (what_if.overlap:upload.utilization): the last colon before a sign ends it
-_EXPR = re.compile(r"^(?P<metric>[A-Za-z_][\w.:\-]*):(?P<sign>[+-])(?P<amount>\d+(?:\.\d+)?)(?P<unit>%|pt|ms)$")
-
-
-# how a comparison gets enough rounds to fail: only measure() repeats its window
-WAY_OUT = (
-    "measure in gpuprof.measure() with 4 or more rounds a side (--gpu-rounds raises them); "
-    "a test measured whole or by its steps is one round"
-)
-
-# what a comparison says of a test its baseline does not hold: nothing gates it
-NEW = "new (not in the baseline)"
-
-# what a comparison with a baseline reports when no --gpu-compare-fail is given
-DEFAULT_THRESHOLDS = "utilization:-2pt,wall_ms:+10%"
-
-
-class CompareError(ValueError):
-    """A compare-fail expression that cannot be used."""
-
-
-@dataclass(frozen=True, slots=True)
-class Threshold:
-    """``metric`` may move at most ``amount`` ``unit`` in the ``direction`` that is worse."""
-
-    metric: str
-    direction: Literal[1, -1]
-    amount: float
-    unit: Literal["%", "pt", "ms"]
-    text: str
-
-    def delta(self, baseline: float) -> float:
-        """The allowed change in the metric's own units, away from ``baseline``."""
-        if self.unit == "%":
-            return abs(baseline) * self.amount / 100
-        if self.unit == "pt":
-            return self.amount / 100
-        return self.amount
-
-
-def parse_thresholds(text: str) -> list[Threshold]:
-    """``utilization:-2pt,wall_ms:+10%,steps.upload.host_ms:+15%`` into thresholds."""
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        match = _EXPR.match(part)
-        if match is None:
-            raise CompareError(
-                f"compare-fail expression {part!r}: expected METRIC:+N% | METRIC:-N% | METRIC:+Npt | "
-                "METRIC:-Npt | METRIC:+Nms | METRIC:-Nms, e.g. utilization:-2pt or wall_ms:+10%"
-            )
-        metric, unit = match["metric"], match["unit"]
-        if metric == KERNELS:
-            if unit == "pt" or match["sign"] != "+":
-                raise CompareError(
-                    f"compare-fail expression {part!r}: {KERNELS} gates each kernel's time: kernels:+N% or kernels:+Nms"
-                )
-        elif not descriptors.comparable(metric):
-            known = [*descriptors.names("window"), *(f"nvml.{k}" for k in descriptors.names("nvml"))]
-            close = difflib.get_close_matches(metric, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise CompareError(
-                f"compare-fail expression {part!r}: no metric {metric!r}{hint}; metrics are {descriptors.grammar()}"
-            )
-        worse = "+" if metric == KERNELS or descriptors.lookup(metric).worse == "up" else "-"  # type: ignore[union-attr]
-        if match["sign"] != worse:
-            way = "down" if worse == "-" else "up"
-            raise CompareError(
-                f"compare-fail expression {part!r}: the sign says which way is worse, and {metric} gets worse "
-                f"going {way}: write {metric}:{worse}{match['amount']}{unit}"
-            )
-        if unit == "pt" and not is_fraction(metric):
-            raise CompareError(
-                f"compare-fail expression {part!r}: 'pt' (percentage points) applies to fractions only: "
-                f"{', '.join(descriptors.fractions())}"
-            )
-        direction: Literal[1, -1] = 1 if match["sign"] == "+" else -1
-        out.append(Threshold(metric, direction, float(match["amount"]), unit, part))  # type: ignore[arg-type]
-    if not out:
-        raise CompareError("compare-fail: no expression given")
-    return out
-
-
-def with_listed_kernels(thresholds: Sequence[Threshold]) -> list[Threshold]:
-    """``thresholds`` and, unless one of them gates kernels already, ``LISTED_KERNELS``: a
-    comparison lists the kernels that changed, whatever gates."""
-    if any(t.metric == KERNELS for t in thresholds):
-        return list(thresholds)
-    return [*thresholds, *parse_thresholds(LISTED_KERNELS)]
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.comparison import Comparison
 
 
 def kernel_names(changes: Iterable[Change]) -> dict[str, str]:
@@ -141,199 +51,9 @@ def regressions(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[
     return [c for c in changes if c.finding == "regression" and c.threshold.text in gates]
 
 
-# ``kernels:+N%``: every kernel's own time, by name, gated alone
-KERNELS = "kernels"
-# beside what gates, a comparison lists each kernel that changed by more than this
-LISTED_KERNELS = "kernels:+5%"
 # a kernel under this share of the baseline's kernel time is neither gated nor listed: a
 # 5 us fill kernel moves by 7% from process to process (H200, docs/performance.md)
 KERNEL_FLOOR = 0.01
-
-Finding = Literal[
-    "regression", "inconclusive", "improvement", "unchanged", "missing", "absent", "appeared", "vanished", "clock"
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    threshold: Threshold
-    finding: Finding
-    baseline: float | None
-    current: float | None
-    p_value: float | None = None
-    samples: tuple[int, int] = (0, 0)
-    spread: Spread | None = None  # between runs, from the baseline's history; None: not asked
-    clock: str | None = None  # the SM clocks of both sides, where the change is theirs
-    runner: str | None = None  # the runner probes of both sides, beside a host-bound change
-    # a regression that fresh runs of the test did not repeat (``confirmed``): what they read
-    unconfirmed: str | None = None
-
-    @property
-    def inert(self) -> bool:
-        """Whether this comparison could never have found a regression: too few rounds on
-        a side for any p-value below ``ALPHA``, or the metric measured on neither side. A
-        metric on one side only (missing, a kernel that appeared or vanished) is a finding
-        of its own, not a test of rounds."""
-        if self.finding == "absent":
-            return True
-        return self.finding not in ("missing", "appeared", "vanished") and not can_fail(*self.samples)
-
-    @property
-    def detectable(self) -> float | None:
-        """The smallest true change from the baseline's figure, the threshold included, that
-        this comparison catches ``POWER`` of the time (``Spread.detectable_from``), as a
-        change in the metric's units toward worse; ``None`` where the spread is unknown."""
-        spread = self.spread
-        if spread is None or self.baseline is None:
-            return None
-        t = self.threshold
-        found = spread.detectable_from(self.baseline, t.delta(self.baseline), t.direction)
-        noise = spread.noise
-        if found is None or noise is None or t.direction < 0 or is_fraction(t.metric) or self.baseline <= noise:
-            return found
-        # a time's spread grows with it: a run of the slower code moves by as much more
-        return found / (1 - noise / self.baseline)
-
-    @property
-    def blind(self) -> bool:
-        """Whether the spread between runs hides a change of the threshold's size: a change
-        of the threshold alone lies within what unchanged runs do (``Spread.detectable``
-        beyond the threshold), so that passing says little."""
-        spread = self.spread
-        if spread is None or spread.detectable is None or self.baseline is None:
-            return False
-        return spread.detectable > self.threshold.delta(self.baseline)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record a test's verdict was built from: metric, before, after, threshold,
-        rounds a side, p, finding, and ``inert``."""
-        return {
-            "metric": self.threshold.metric,
-            "threshold": self.threshold.text,
-            "finding": self.finding,
-            "before": self.baseline,
-            "after": self.current,
-            "rounds": list(self.samples),
-            "p": self.p_value,
-            "inert": self.inert,
-            **({"detectable": self.detectable} if self.detectable is not None else {}),
-            **({"between_runs": self.spread.to_dict()} if self.spread is not None else {}),
-            **({"clock": self.clock} if self.clock else {}),
-            **({"runner": self.runner} if self.runner else {}),
-            **({"unconfirmed": self.unconfirmed} if self.unconfirmed else {}),
-        }
-
-    @property
-    def kernel(self) -> str | None:
-        """The kernel's mangled name, for a change of one kernel's time."""
-        parts = descriptors.split_path(self.threshold.metric)
-        return parts[1] if parts is not None and parts[0] == "kernel" else None
-
-    def label(self, names: Mapping[str, str] | None = None) -> str:
-        """What a line calls the changed figure: the metric, or ``kernel NAME ms`` with the
-        kernel's short name (``names``: ``kernel_names`` of the lines shown together)."""
-        kernel = self.kernel
-        if kernel is None:
-            return self.threshold.metric
-        return f"kernel {(names or {}).get(kernel) or short(readable(kernel))} ms"
-
-    def describe(self, names: Mapping[str, str] | None = None, gating: bool = True) -> str:
-        """The change as a line; ``gating``: whether a ``--gpu-compare-fail`` expression
-        set its threshold (else a finding beyond it reads ``changed``, the default named)."""
-        t = self.threshold
-        what = self.label(names)
-        if self.finding in ("appeared", "vanished"):
-            ms = self.current if self.finding == "appeared" else self.baseline
-            return f"{what}: {self.finding} ({ms:.3f} ms {'now' if self.finding == 'appeared' else 'in the baseline'})"
-        if self.finding == "absent":
-            return f"{what}: not measured in the baseline nor in this run: this gate cannot act ({t.text})"
-        if self.baseline is None or self.current is None:
-            side = "baseline" if self.baseline is None else "this run"
-            return f"{what}: not in {side}"
-        fmt = formatter(t.metric)
-        change = self.current - self.baseline
-        relative = f", {100 * change / self.baseline:+.1f}%" if self.baseline else ""
-        test = f"; one-sided Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else ""
-        inert = ""
-        if self.inert:
-            inert = f" (inert: {self.samples[0]} vs {self.samples[1]} rounds can never reach p < {ALPHA}; {self.inert_cause()})"
-        unconfirmed = f"not confirmed: {self.unconfirmed}" if self.unconfirmed else None
-        beside = "".join(f" ({why})" for why in (self.clock, self.runner, unconfirmed) if why)
-        return (
-            f"{what}: baseline {fmt(self.baseline)} -> {fmt(self.current)} "
-            f"({fmt(change, True)}{relative}; limit {t.text}; {self.samples[0]} vs {self.samples[1]} rounds{test}"
-            f"{self._between_runs(fmt)}): {self.named(gating)}{beside}{inert}"
-        )
-
-    def _between_runs(self, fmt: Callable[..., str]) -> str:
-        """The spread between runs and the smallest change it lets a comparison see."""
-        spread = self.spread
-        if spread is None:
-            return ""
-        if spread.sd is None:
-            runs = f"{spread.runs} baseline run" if spread.runs == 1 else f"{spread.runs} baseline runs"
-            return f"; between-run spread unknown ({runs}): no regression can be told from one process's rounds"
-        if spread.runs == 1:  # ``Spread.of(exact=True)``: the virtual clock
-            return "; between runs none (the virtual clock: one code, one figure)"
-        detectable = self.detectable or 0.0
-        relative = (
-            f" ({100 * detectable / abs(self.baseline):.1f}%)"
-            if self.baseline and not is_fraction(self.threshold.metric)
-            else ""
-        )
-        return (
-            f"; between runs sd {fmt(spread.sd, False)} over {spread.runs} runs "
-            f"(level {fmt(spread.center, False)} ± {fmt(spread.bound or 0.0, True).lstrip('+')}), "
-            f"smallest detectable change {fmt(detectable, True).lstrip('+')}{relative}"
-        )
-
-    def inert_cause(self) -> str:
-        """Why this comparison could never fail, naming the side that is short of rounds and
-        how many it would need against the other."""
-        before, now = self.samples
-        metric = self.threshold.metric
-        if self.finding == "absent":
-            return f"{metric} was measured in neither the baseline nor this run"
-        if before < now:
-            need = rounds_needed(now)
-            return (
-                f"the baseline holds {_rounds(before)} of {metric} against this run's {now}: "
-                f"save a baseline from a run of {need} or more rounds (gpuprof.measure(), --gpu-rounds)"
-            )
-        if now < before:
-            need = rounds_needed(before)
-            return (
-                f"this run has {_rounds(now)} of {metric} against the baseline's {before}: it needs {need} or more "
-                "(gpuprof.measure() repeats its window, --gpu-rounds raises them; a test measured whole "
-                "or by its steps is one round)"
-            )
-        return WAY_OUT
-
-    def named(self, gating: bool) -> str:
-        """The finding as a line says it: ``regression`` only where a gate the user set
-        judged it; beyond a default threshold it is ``changed``."""
-        if self.finding == "regression" and not gating:
-            return f"changed (beyond the default {self.threshold.text}, not a gate)"
-        return self.finding
-
-
-def _rounds(n: int) -> str:
-    return f"{n} round" if n == 1 else f"{n} rounds"
-
-
-def rounds_needed(other: int) -> int:
-    """The fewest rounds on one side that can reach ``ALPHA`` against ``other`` rounds on
-    the other (0 if none can)."""
-    return next((k for k in range(1, 200) if can_fail(k, other)), 0)
-
-
-def formatter(metric: str) -> Callable[..., str]:
-    if is_fraction(metric):
-        return lambda v, signed=False: f"{100 * v:+.2f}pt" if signed else f"{100 * v:.2f}%"
-    described = descriptors.lookup(metric)
-    if described is not None and described.unit == "bytes":  # whole bytes, with thousands apart
-        return lambda v, signed=False: f"{v:+,.0f} B" if signed else f"{v:,.0f} B"
-    return lambda v, signed=False: f"{v:+.3f}" if signed else f"{v:.3f}"
 
 
 def assess(
@@ -406,10 +126,6 @@ def confirmed(comparison: Comparison, fresh: Sequence[Comparison]) -> Comparison
     return replace(comparison, changes=tuple(changes), confirmed=len(fresh))
 
 
-def _runs(n: int) -> str:
-    return f"{n} fresh run" if n == 1 else f"{n} fresh runs"
-
-
 def _shown(value: float | None) -> str:
     return "?" if value is None else f"{value:.6g}"
 
@@ -463,12 +179,6 @@ def compare_tests(
     return out
 
 
-def kernel_metric(metric: str) -> bool:
-    """A kernel time (``kernel_ms``, one kernel's ``total_ms``): one a change of SM clock
-    moves, compared in cycles where both clocks are known (here, and ``verdict.paired``)."""
-    return metric == "kernel_ms" or (metric.startswith("kernels.") and metric.endswith(".total_ms"))
-
-
 def _in_cycles(
     change: Change, before: list[float], now: list[float], baseline_test: dict[str, Any], current_test: dict[str, Any]
 ) -> Change:
@@ -493,6 +203,8 @@ def _in_cycles(
 
 # the runner's speed, timed before each window (``capture.probe``)
 RUNNER = "runner_probe_ms"
+
+
 # what the host's speed moves: the window's time outside its kernels, and what it sets
 ON_THE_HOST = ("wall_ms", "utilization", "overhead_ms")
 
@@ -603,101 +315,3 @@ def inert_gates(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[
     """The gating expressions that could not fail this test, each once."""
     gates = {t.text for t in gating}
     return sorted({c.threshold.text for c in changes if c.inert and c.threshold.text in gates})
-
-
-Status = Literal["compared", "new", "not compared"]
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """One test against its baseline, made once (``baselines.gate``) and read by every
-    output: the terminal, the JSON (``baseline``, ``comparisons``), JUnit, the step summary
-    and the HTML page.
-
-    ``baseline`` names the record the test was compared with (``name``, ``created``,
-    ``commit``, ``branch``, ``key``, ``pooled``); ``why_not`` says why a test with a
-    baseline entry was not compared (a damaged field, named)."""
-
-    nodeid: str
-    status: Status
-    changes: tuple[Change, ...] = ()
-    gating: tuple[Threshold, ...] = ()
-    baseline: Mapping[str, Any] | None = None
-    note: str | None = None
-    why_not: str | None = None
-    error: bool = False  # the comparison itself failed (``why_not`` says how): an error of the run
-    confirmed: int = 0  # the fresh runs of the test its regressions were put to (``confirmed``)
-
-    @property
-    def regressed(self) -> list[Change]:
-        """The changes that fail the test: clear regressions of a gating expression."""
-        return regressions(self.changes, self.gating)
-
-    @property
-    def labels(self) -> list[str]:
-        """What the verdict calls each change that fails the test (a kernel by its short name)."""
-        names = kernel_names(self.regressed)
-        return [c.label(names) for c in self.regressed]
-
-    @property
-    def gates(self) -> bool:
-        """Whether a gating expression judged this test."""
-        return bool(self.gating) and self.status == "compared"
-
-    @property
-    def inert(self) -> list[str]:
-        return inert_gates(self.changes, self.gating)
-
-    @property
-    def inert_causes(self) -> dict[str, str]:
-        return inert_causes(self.changes, self.gating)
-
-    @property
-    def source(self) -> str:
-        """Where the baseline entry came from, as a line names it."""
-        if self.baseline is None:
-            return ""
-        pooled = int(self.baseline.get("pooled") or 1)
-        key = str(self.baseline.get("key", ""))
-        return f"{key} (pooled over {pooled} runs)" if pooled > 1 else key
-
-    def lines(self, decided: str | None = None) -> list[str]:
-        """The test's lines in the summary's comparison block; ``decided``: the gate's
-        decision of the test (``verdict.decision``), its first line's word."""
-        if self.status == "new":
-            return [f"{self.nodeid}: {NEW}"]
-        if self.status == "not compared":
-            return [f"{self.nodeid}: not compared: {self.why_not}"]
-        return change_lines(self.nodeid, self.changes, self.note, self.gating, decided)
-
-    def failure(self) -> str | None:
-        """The test's failure message, where it clearly regressed under a gating expression."""
-        regressed = self.regressed
-        if not regressed:
-            return None
-        names = kernel_names(regressed)
-        return "\n".join(
-            [
-                f"GPU regression against baseline {self.source}:",
-                *([f"  note: {self.note}"] if self.note else []),
-                *([f"  confirmed by {_runs(self.confirmed)} of the test"] if self.confirmed else []),
-                *(f"  {c.describe(names)}" for c in regressed),
-            ]
-        )
-
-    def change_records(self) -> list[dict[str, Any]]:
-        """Each change's record for the JSON report, with whether a gating expression judged
-        it (``gates``): a finding past a default threshold is listed, never a regression;
-        ``line``: the change as the terminal says it, for every other output to show."""
-        gates = {t.text for t in self.gating}
-        names = kernel_names(self.changes)
-        return [
-            {**c.to_dict(), "gates": c.threshold.text in gates, "line": c.describe(names, c.threshold.text in gates)}
-            for c in self.changes
-        ]
-
-    def record(self) -> dict[str, Any] | None:
-        """Which baseline record the test was compared with, for the JSON report."""
-        if self.baseline is None:
-            return None
-        return {**self.baseline, "status": self.status, **({"why_not": self.why_not} if self.why_not else {})}

@@ -25,7 +25,9 @@ from typing import Any, Literal
 
 from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.run_spread import POWER, tolerance_factor
-from pytest_gpuprof.verdict.compare import Change, Comparison, formatter, kernel_names, rounds_needed
+from pytest_gpuprof.verdict.change import Change, formatter, rounds_needed
+from pytest_gpuprof.verdict.compare import kernel_names
+from pytest_gpuprof.verdict.comparison import Comparison
 
 Decision = Literal["regression", "undecided", "improvement", "unchanged", "new", "ungated"]
 # ``gpuprof ab``'s interval of one look: 96%, each end a one-sided 98% bound, so that no

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_gpuprof.analysis.names import readable, short
-from pytest_gpuprof.analysis.run_spread import Trimmed
-from pytest_gpuprof.verdict.compare import KERNELS, Threshold, kernel_metric
+from pytest_gpuprof.analysis.trimmed import Trimmed
 from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, ab_pairs_needed
 from pytest_gpuprof.verdict.samples import samples_of
+from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
 
 Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]

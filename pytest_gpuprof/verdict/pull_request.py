@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuprof.verdict.compare import Threshold
 from pytest_gpuprof.verdict.decision import Decision, fit
 from pytest_gpuprof.verdict.paired import Effect, Side, shown_in
+from pytest_gpuprof.verdict.thresholds import Threshold
 
 SIDES: dict[Side, str] = {"base": "base", "current": "head"}
 

@@ -18,7 +18,7 @@ from pytest_gpuprof.analysis.step_metrics import StepMetrics
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.analysis.whatif import Prediction
 from pytest_gpuprof.verdict.budget import Budget, StepBudget
-from pytest_gpuprof.verdict.compare import parse_thresholds
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 MS = 1_000_000
 _NOT_METRICS = {"truth", "steps", "nvml", "rounds", "notes", "unseen", "what_if", "sm_unseen", "top_kernels", "gpm"}

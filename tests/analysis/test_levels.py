@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from pytest_gpuprof.analysis import levels
 from pytest_gpuprof.analysis.run_spread import SUITE_RATE, Spread, bound_factor, tolerance_factor
-from pytest_gpuprof.verdict.compare import Comparison, compare_tests, parse_thresholds
+from pytest_gpuprof.verdict.compare import compare_tests
+from pytest_gpuprof.verdict.comparison import Comparison
 from pytest_gpuprof.verdict.decision import decision, undecided_change
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 GATE = parse_thresholds("kernel_ms:+1%")
 

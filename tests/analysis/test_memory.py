@@ -297,7 +297,7 @@ def test_a_bad_size_names_the_key_and_the_source(bad):
 
 
 def test_memory_paths_are_comparable():
-    from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     (t,) = parse_thresholds("memory.peak_bytes:+10%")
     assert t.metric == "memory.peak_bytes"

@@ -19,7 +19,8 @@ from pytest_gpuprof.analysis.run_spread import (
     t_quantile,
     tolerance_factor,
 )
-from pytest_gpuprof.verdict.compare import assess, parse_thresholds
+from pytest_gpuprof.verdict.compare import assess
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="the test extra installs scipy")
 
@@ -189,7 +190,7 @@ def test_the_trimmed_mean_and_its_error_match_scipy(values):
     definitions."""
     from scipy.stats import mstats
 
-    from pytest_gpuprof.analysis.run_spread import Trimmed, trimmed_count
+    from pytest_gpuprof.analysis.trimmed import Trimmed, trimmed_count
 
     n, g = len(values), trimmed_count(len(values))
     found = Trimmed.of(values)
@@ -199,7 +200,7 @@ def test_the_trimmed_mean_and_its_error_match_scipy(values):
 
 
 def test_below_six_values_it_is_students_t():
-    from pytest_gpuprof.analysis.run_spread import Trimmed, trimmed_count, trimmed_quantile
+    from pytest_gpuprof.analysis.trimmed import Trimmed, trimmed_count, trimmed_quantile
 
     assert [trimmed_count(n) for n in (2, 5, 6, 9, 10, 15, 200)] == [0, 0, 1, 1, 2, 3, 40]
     for n in (2, 3, 4, 5):
@@ -217,7 +218,7 @@ def test_the_trimmed_intervals_hold_their_level_for_normal_pairs(n, confidence):
     end is passed ``1 - confidence`` of the time, within four standard errors. Yuen's own t
     (``n - 2g - 1`` degrees of freedom) passes the 99.5% end 0.8% of the time at 10 pairs,
     the 98.5% end 2.1% of the time at 6."""
-    from pytest_gpuprof.analysis.run_spread import Trimmed
+    from pytest_gpuprof.analysis.trimmed import Trimmed
 
     rng = np.random.default_rng(1000 + n)
     trials = 20_000
@@ -229,7 +230,7 @@ def test_the_trimmed_intervals_hold_their_level_for_normal_pairs(n, confidence):
 def test_the_trimmed_detectable_change_is_found_as_often_as_stated():
     """Seeded: 5 and 10 normal pairs print their detectable change at 90% power; fresh pairs
     at that true change put their interval's low end past the limit 90% of the time."""
-    from pytest_gpuprof.analysis.run_spread import Trimmed
+    from pytest_gpuprof.analysis.trimmed import Trimmed
 
     rng = np.random.default_rng(77)
     for n in (5, 10):

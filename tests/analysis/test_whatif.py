@@ -11,7 +11,7 @@ from pytest_gpuprof.analysis.rounds import aggregate
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.verdict.budget import Budget
-from pytest_gpuprof.verdict.compare import parse_thresholds
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 MS = 1_000_000
 
@@ -127,7 +127,7 @@ def test_the_breach_message_says_what_the_redesign_would_give():
 
 def test_the_predicted_timeline_is_drawn_beside_the_measured_one():
     from pytest_gpuprof.output.html import page_data
-    from pytest_gpuprof.output.report import GpuRecord
+    from pytest_gpuprof.verdict.record import GpuRecord
 
     timeline = serial_pipeline(2, copy_ms=2, kernel_ms=4)
     copies, rest = metrics.overlap_schedule(timeline, "upload")

@@ -148,8 +148,8 @@ def test_an_effect_reads_as_the_metric_moved(before, after, verdict):
     """Utilization down 10 points is an effect of -10pt and a regression under
     ``utilization:-2pt``, in the line and in the JSON alike: never the worse-positive sign
     the verdict is reckoned in."""
-    from pytest_gpuprof.verdict.compare import parse_thresholds
     from pytest_gpuprof.verdict.paired import effect
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     def side(value):
         return {"utilization": value}
@@ -368,8 +368,8 @@ def test_the_printed_detectable_change_is_caught_nine_times_in_ten():
     least 90% of the time (it was the distance past the limit, caught half the time)."""
     import numpy as np
 
-    from pytest_gpuprof.verdict.compare import parse_thresholds
     from pytest_gpuprof.verdict.paired import effect
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     (limit,) = parse_thresholds("kernel_ms:+2%")
     rng = np.random.default_rng(5)
@@ -401,8 +401,8 @@ def _simulated(level, true, pairs=5, max_pairs=10, gate="kernel_ms:+1%", seed=0)
     first)`` x the true change on the current side: the code ab runs, git and pytest aside."""
     import math
 
-    from pytest_gpuprof.verdict.compare import parse_thresholds
     from pytest_gpuprof.verdict.paired import Order, Runs, in_looks
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     thresholds = parse_thresholds(gate)
     runs, order, made = Runs(tuple(t.metric for t in thresholds)), Order(seed), []
@@ -439,8 +439,8 @@ def test_one_pair_that_straddles_a_change_of_speed_sways_no_verdict():
     (the one pair's spread); the mean alone moved the effect by 1.8 points."""
     import numpy as np
 
-    from pytest_gpuprof.verdict.compare import parse_thresholds
     from pytest_gpuprof.verdict.paired import LOOKS, effect
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     (gate,) = parse_thresholds("kernel_ms:+1%")
     noise = np.random.default_rng(3).normal(0, 0.002, 10)
@@ -566,7 +566,7 @@ def test_a_pair_keeps_only_the_figures_its_gates_read():
     import statistics
 
     from pytest_gpuprof.verdict import paired
-    from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     r = rnd.Random(7)
     thresholds = parse_thresholds("kernel_ms:+2%,kernels:+2%,wall_ms:+5ms")
@@ -602,7 +602,7 @@ def test_a_run_of_pairs_grows_by_the_numbers_it_compares_not_by_its_reports():
     import tracemalloc
 
     from pytest_gpuprof.verdict import paired
-    from pytest_gpuprof.verdict.compare import parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     r = rnd.Random(3)
     thresholds = parse_thresholds("kernel_ms:+1%,kernels:+1%")

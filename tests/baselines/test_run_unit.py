@@ -62,8 +62,10 @@ def test_one_saved_run_decides_no_regression_from_the_rounds_alone():
     (benchmarks/gate_sim.py); every change past the threshold is undecided now, and each line
     says that the spread is unknown. Runs whose level moves within 3%, 9 rounds each
     within 0.1%, through ``compare_tests`` as a store's gate calls it."""
-    from pytest_gpuprof.verdict.compare import Comparison, compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.comparison import Comparison
     from pytest_gpuprof.verdict.decision import decision
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     rng = random.Random(2026)
 

@@ -229,7 +229,7 @@ def test_the_report_schema_takes_a_range_and_refuses_a_malformed_one():
 
 def test_the_page_shows_a_steps_range_where_its_peak_is_one():
     from pytest_gpuprof.output.html import page_data
-    from pytest_gpuprof.output.report import GpuRecord
+    from pytest_gpuprof.verdict.record import GpuRecord
 
     data = page_data(GpuRecord("t.py::test", bounded(10 << 20, 500 << 20, "s"), Budget(), [], enforced=True), None)
     step = data["steps"]["s"]

@@ -462,7 +462,7 @@ def test_the_strategies_import_first_in_a_fresh_process():
     ("expression", "fix"), [("utilization:+2pt", "utilization:-2pt"), ("overhead_ms:-3%", "overhead_ms:+3%")]
 )
 def test_a_compare_sign_that_points_the_better_way_is_refused(expression, fix):
-    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import CompareError, parse_thresholds
 
     with pytest.raises(CompareError, match=f"gets worse going .*: write {re.escape(fix)}"):
         parse_thresholds(expression)
@@ -596,7 +596,9 @@ def test_every_output_shows_the_one_verdict_of_a_marker_from_a_plugin(pytester, 
 
 
 def test_a_kernel_that_appeared_or_vanished_is_a_finding_not_an_inert_gate():
-    from pytest_gpuprof.verdict.compare import Change, inert_gates, parse_thresholds
+    from pytest_gpuprof.verdict.change import Change
+    from pytest_gpuprof.verdict.compare import inert_gates
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     (gate,) = parse_thresholds("kernels:+1%")
     changes = [Change(gate, "appeared", None, 2.0), Change(gate, "vanished", 2.0, None)]

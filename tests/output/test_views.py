@@ -18,9 +18,9 @@ from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.html import page_data, render
-from pytest_gpuprof.output.report import GpuRecord
 from pytest_gpuprof.output.trace import file_name, trace_events
 from pytest_gpuprof.verdict.budget import Budget, evaluate
+from pytest_gpuprof.verdict.record import GpuRecord
 
 MS = 1_000_000
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'

@@ -8,9 +8,9 @@ from pytest_gpuprof.analysis import metrics
 from pytest_gpuprof.analysis.model import DeviceInterval, Sample, Span
 from pytest_gpuprof.analysis.stats import Summary
 from pytest_gpuprof.analysis.timeline import Timeline
-from pytest_gpuprof.output.report import GpuRecord
 from pytest_gpuprof.output.text import failure_message
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, StepBudget, evaluate, parse_budget
+from pytest_gpuprof.verdict.record import GpuRecord
 
 MS = 1_000_000
 

@@ -13,14 +13,8 @@ from hypothesis import strategies as st
 from pytest_gpuprof import cli
 from pytest_gpuprof.baselines import records as storage
 from pytest_gpuprof.baselines.store import Store
-from pytest_gpuprof.verdict.compare import (
-    CompareError,
-    assess,
-    can_fail,
-    mann_whitney_greater,
-    parse_thresholds,
-    samples_of,
-)
+from pytest_gpuprof.verdict.compare import assess, can_fail, mann_whitney_greater, samples_of
+from pytest_gpuprof.verdict.thresholds import CompareError, parse_thresholds
 
 
 def test_expressions_parse_into_thresholds():
@@ -350,7 +344,8 @@ def _at_clock(ms, mhz):
 
 
 def test_a_kernel_time_the_sm_clock_explains_reads_clock_naming_both_clocks():
-    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     gate = parse_thresholds("kernel_ms:+2%")
     (slower_clock,) = compare_tests(gate, _at_clock(10.0, 1980), _at_clock(11.0, 1800))
@@ -366,7 +361,8 @@ def test_the_throttle_reasons_of_a_window_are_every_bit_its_samples_had_and_the_
     from pytest_gpuprof.analysis.model import Sample
     from pytest_gpuprof.analysis.nvml_metrics import nvml_metrics
     from pytest_gpuprof.analysis.throttle import throttle_names
-    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     samples = [Sample(1, sm_clock_mhz=1980.0, throttle_reasons=0x1), Sample(2, throttle_reasons=0x4), Sample(3)]
     nvml = nvml_metrics(samples, (0, 5))

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pytest_gpuprof.analysis.run_spread import POWER
-from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+from pytest_gpuprof.verdict.compare import compare_tests
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 HISTORIES = 400
 NEW_RUNS = 10

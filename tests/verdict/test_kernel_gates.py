@@ -63,7 +63,8 @@ def test_a_kernel_that_vanished_is_listed(pytester, baseline):
 
 
 def test_a_kernel_that_appeared_is_listed_and_changes_come_largest_first():
-    from pytest_gpuprof.verdict.compare import change_lines, compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import change_lines, compare_tests
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     def test(**totals):
         rounds = {f"kernels.{k}.total_ms": {"samples": [v] * 5} for k, v in totals.items()}
@@ -78,7 +79,7 @@ def test_a_kernel_that_appeared_is_listed_and_changes_come_largest_first():
 
 
 def test_the_kernel_gate_takes_slower_only():
-    from pytest_gpuprof.verdict.compare import CompareError, parse_thresholds
+    from pytest_gpuprof.verdict.thresholds import CompareError, parse_thresholds
 
     assert parse_thresholds("kernels:+2%")[0].metric == "kernels"
     for bad in ("kernels:-2%", "kernels:+2pt"):
@@ -147,7 +148,8 @@ def test_a_baseline_records_its_commit_and_branch(pytester, monkeypatch):
 
 
 def test_a_kernel_too_small_to_matter_is_not_gated():
-    from pytest_gpuprof.verdict.compare import compare_tests, parse_thresholds
+    from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     def test(fill, gemm):
         totals = {"fill": fill, "gemm": gemm}

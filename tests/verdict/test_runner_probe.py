@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from plugin_runs import entry, report_of
 
 from pytest_gpuprof import cli
-from pytest_gpuprof.verdict.compare import RUNNER, assess, compare_tests, parse_thresholds
+from pytest_gpuprof.verdict.compare import RUNNER, assess, compare_tests
+from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 JITTER = (1.0, 1.01, 0.99, 1.005, 0.995)  # five rounds around each figure
 
