@@ -98,7 +98,8 @@ def compare(
     given by its path, whose tests ``new`` lacks are listed as gone. One screen, as the
     pytest gate's terminal shows it (``short_lines``; the unchanged tests counted), or
     ``every`` line. Whether a test regressed, and whether one was undecided."""
-    from pytest_gpuprof.verdict.decision import RunGate, gate_entry, short_lines
+    from pytest_gpuprof.verdict.decision import gate_entry, short_lines
+    from pytest_gpuprof.verdict.run_gate import RunGate
 
     lines: list[str] = []
     if gate.note:

@@ -23,8 +23,8 @@ from pytest_gpuprof.output.views import TestView
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
-    from pytest_gpuprof.verdict.decision import RunGate
     from pytest_gpuprof.verdict.record import GpuRecord
+    from pytest_gpuprof.verdict.run_gate import RunGate
 
 # waits under this are the lock changing hands, not worth a line
 WAIT_NOTED_MS = 1.0
@@ -117,7 +117,7 @@ class Outputs:
             "where the device memory was at each test's peak (--gpu-memory-top):",
             [line for nodeid, v in views.items() for line in memory_top(nodeid, v.test["metrics"], top)],
         )
-        from pytest_gpuprof.verdict.decision import RunGate
+        from pytest_gpuprof.verdict.run_gate import RunGate
 
         gate = RunGate.of(v.test for v in views.values())
         if compared_with is None and gate is not None:  # an xdist controller: its workers compared
@@ -277,7 +277,7 @@ class Outputs:
             report["note"] = "nothing was measured: no test used gpuprof, gpu_workload or a gpu_budget marker"
         elif partial:
             report["note"] = f"the run {partial}: {len(tests)} test(s) measured before it ended"
-        from pytest_gpuprof.verdict.decision import RunGate
+        from pytest_gpuprof.verdict.run_gate import RunGate
 
         gate = RunGate.of(tests)
         if gate is not None:

@@ -18,7 +18,7 @@ from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
 from pytest_gpuprof.verdict.record import GpuRecord, WindowBreach
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.decision import RunGate
+    from pytest_gpuprof.verdict.run_gate import RunGate
 
 
 def machine_id(machine: dict[str, Any]) -> str:

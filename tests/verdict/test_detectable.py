@@ -87,7 +87,7 @@ def test_the_stated_suite_rate_matches_what_unchanged_suites_do():
     the 20 comparisons) against the line's ``1 - (1 - rate)^20`` (``RunGate.suite_line``):
     at most 5%, and within 2 points of what is stated (docs/gates.md). Before the bounds
     shared the rate, 17.4% failed."""
-    from pytest_gpuprof.verdict.decision import RunGate
+    from pytest_gpuprof.verdict.run_gate import RunGate
 
     rng = np.random.default_rng(1)
     (threshold,) = parse_thresholds("kernel_ms:+1%")
