@@ -1,6 +1,6 @@
 """The benchmarks do not rot: each loads against the package as it is now, those with
 arguments parse them, and those that mean something without a GPU run one tiny case on
-the host backend. Their figures are taken on the GPU (docs/performance.md)."""
+the host backend. Their figures are taken on the GPU (docs/performance-log.md)."""
 
 import json
 import runpy

@@ -17,8 +17,8 @@ from pytest_gpuprof.harness import config
 from pytest_gpuprof.harness.options import TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
-# the user's pages; design.md and performance.md are the contributor's and the record
-PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.stem not in ("performance",))]
+# the user's pages; the log of what was measured is the record, not a page to copy from
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.stem != "performance-log")]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 if sys.version_info >= (3, 11):
@@ -74,33 +74,45 @@ def test_the_quick_start_fails_as_the_readme_shows(pytester):
     fixed.stdout.fnmatch_lines(["*test_pipeline*94.1%*ok"])
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_python_snippet_parses(page):
-    for body in fences(page, "python"):
-        ast.parse(body, f"{page.name} snippet")
+def snippets(kind: str) -> list[tuple[str, str]]:
+    """Every ``kind`` snippet of the pages, as (its id, its text): a test a snippet, so that
+    no case passes on a page that holds none."""
+    return [(f"{page.name}-{i + 1}", body) for page in PAGES for i, body in enumerate(fences(page, kind))]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_toml_snippet_loads_through_the_plugins_checks(page, tmp_path):
-    for body in fences(page, "toml"):
-        tomllib.loads(body)
-        if "[tool.gpuprof" in body:
-            path = tmp_path / "pyproject.toml"
-            path.write_text(body)
-            config.read_pyproject(path)  # raises ConfigError naming the key
+def _ids(found: list[tuple[str, str]]) -> list[str]:
+    return [name for name, _ in found]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_yaml_snippet_parses(page):
+@pytest.mark.parametrize(("name", "body"), snippets("python"), ids=_ids(snippets("python")))
+def test_every_python_snippet_parses(name, body):
+    ast.parse(body, f"{name} snippet")
+
+
+@pytest.mark.parametrize(("name", "body"), snippets("toml"), ids=_ids(snippets("toml")))
+def test_every_toml_snippet_loads_through_the_plugins_checks(name, body, tmp_path):
+    tomllib.loads(body)
+    if "[tool.gpuprof" in body:
+        path = tmp_path / "pyproject.toml"
+        path.write_text(body)
+        config.read_pyproject(path)  # raises ConfigError naming the key
+
+
+@pytest.mark.parametrize(("name", "body"), snippets("yaml"), ids=_ids(snippets("yaml")))
+def test_every_yaml_snippet_parses(name, body):
     import yaml
 
-    for body in fences(page, "yaml"):
-        assert isinstance(yaml.safe_load(body), dict)
+    assert isinstance(yaml.safe_load(body), dict)
+
+
+def test_the_pages_hold_snippets_of_each_kind_tested():
+    """The parametrized tests above run: each kind is found somewhere."""
+    assert all(snippets(kind) for kind in ("python", "toml", "yaml", "bash"))
 
 
 def test_every_option_the_pages_name_exists():
     known = {o.flag for o in TABLE}
-    for page in [*PAGES, ROOT / "docs" / "performance.md"]:
+    for page in [*PAGES, ROOT / "docs" / "performance-log.md"]:
         named = set(re.findall(r"--gpu-[a-z]+(?:-[a-z]+)*", page.read_text()))
         assert named <= known, (page.name, sorted(named - known))
 
@@ -116,12 +128,15 @@ def test_every_gpuprof_command_the_pages_name_exists(capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_link_to_a_file_of_the_repository_is_there(page):
-    for target in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
-        if "://" in target:
-            continue
-        assert (page.parent / target).exists(), (page.name, target)
+def links() -> list[tuple[Path, str]]:
+    """Every link of the pages to a file of the repository."""
+    found = [(page, t) for page in PAGES for t in re.findall(r"\]\(([^)#]+)\)", page.read_text())]
+    return [(page, target) for page, target in found if "://" not in target]
+
+
+@pytest.mark.parametrize(("page", "target"), links(), ids=[f"{p.name}:{t}" for p, t in links()])
+def test_every_link_to_a_file_of_the_repository_is_there(page, target):
+    assert (page.parent / target).exists(), (page.name, target)
 
 
 def test_every_page_is_linked_from_the_readme():
@@ -188,3 +203,17 @@ def test_every_example_passes_where_a_user_copies_it(pytester, name, body):
     assert result.ret == 0, result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 1 and not outcomes.get("skipped"), outcomes
+
+
+def test_the_current_figures_are_a_page_and_each_names_its_date_and_command():
+    """docs/performance.md answers "what does it cost, how accurate is it" in a page; the
+    dated log is linked, not inlined."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    assert len(text.splitlines()) <= 250
+    assert "(performance-log.md)" in text
+    sections = text.split("\n## ")[1:]
+    assert len(sections) >= 6
+    for section in sections:
+        title = section.splitlines()[0]
+        assert re.search(r"20\d\d-\d\d-\d\d", section), f"{title}: no date"
+        assert re.search(r"`(python3? |cd |tests/|/usr/bin/time)", section), f"{title}: no command"

@@ -286,7 +286,7 @@ def host_during_idle(timeline: Timeline) -> list[host_code.Piece]:
 
 
 # CUPTI's kernel and driver records add 2.0-2.6 us to each launch on an H200 (against an
-# untraced process, docs/performance.md): where kernels come one every 10 us or faster,
+# untraced process, docs/performance-log.md): where kernels come one every 10 us or faster,
 # that is a fifth of the window or more, and the window says so
 LAUNCH_BOUND_US = 10.0
 LAUNCH_BOUND_KERNELS = 1_000

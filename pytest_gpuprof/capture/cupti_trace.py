@@ -156,7 +156,7 @@ class CuptiCapture:
 
         Only driver calls: CUPTI 13.0 records no runtime calls of PyTorch's bundled CUDA
         runtime, and per-function selection is ignored once the kind is on (both seen on
-        the H200, docs/performance.md). Work whose own call is not recorded (a runtime
+        the H200, docs/performance-log.md). Work whose own call is not recorded (a runtime
         launch, a copy) lies, by its correlation id, between two recorded calls; the steps
         mark their edges with a driver call (``mark``), so two neighbours on one thread
         name the step that issued it."""

@@ -164,7 +164,7 @@ class CupySource(Counted):
     """CuPy's pool: read at the marks (``used_bytes``), and, where the test gates memory
     (``hook``), through a memory hook that sees each allocation. The hook costs each CuPy
     allocation a few microseconds of Python (a loop of small elementwise operations ran 2x
-    slower on the H200: docs/performance.md), which would change the utilization being
+    slower on the H200: docs/performance-log.md), which would change the utilization being
     measured, so it is on only where a memory budget needs it. CuPy's hooks are per thread:
     the hook sees the thread that runs the test."""
 

@@ -2,7 +2,7 @@
 
 A pytest process on a virtual machine runs at a level of its own: its cores, their clock,
 its neighbours. Unchanged code then moves by 20-100% in wall time from process to process,
-while its kernels hold (docs/performance.md). Timed just before each window, this loop
+while its kernels hold (docs/performance-log.md). Timed just before each window, this loop
 followed that level where each process ran at one of two speeds, and not where a busy process
 shared the core (a loop this short runs inside one of the scheduler's turns or misses it
 whole). So a comparison shows it beside host-bound changes and decides nothing by it

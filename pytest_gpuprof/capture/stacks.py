@@ -29,7 +29,7 @@ from types import CodeType, FrameType
 
 from pytest_gpuprof.analysis.model import HostSample
 
-# 1 ms between rounds (docs/performance.md: its cost on the H200)
+# 1 ms between rounds (docs/performance-log.md: its cost on the H200)
 PERIOD_S = 0.001
 # threads of the plugin itself, by name
 OWN_THREADS = ("gpuprof-nvml", "gpuprof-host-", "gpuprof-stacks")

@@ -17,7 +17,7 @@ What it does not see: a window of more allocations than the ring holds. Its figu
 the counters hold at a window's end (read there, outside the window), whatever the cause.
 Allocations of other threads between two edges are placed by their tag like the rest.
 The untagged way is the rougher: on an H100 (torch 2.11) the allocator's stamps ran a few
-microseconds behind ``time.time_ns`` (docs/performance.md), so there an allocation made
+microseconds behind ``time.time_ns`` (docs/performance-log.md), so there an allocation made
 within microseconds after an edge may be counted before it.
 """
 

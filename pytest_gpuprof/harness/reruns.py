@@ -4,7 +4,7 @@ A history of saved runs cannot tell one unlucky run (a heavy tail, a runner's ba
 from slower code; a second, independent run can. Before a regression fails its test, the
 test runs again, alone, in fresh pytest processes measured as this one was, each writing
 its own report; the gate compares each with the same baseline, and a regression that one
-of them does not repeat is undecided (``verdict.compare.confirmed``). A fresh run saves,
+of them does not repeat is undecided (``verdict.comparison.confirmed``). A fresh run saves,
 compares and draws nothing (``CONFIRMING``), and reads no ``addopts``: its options are this
 run's measuring settings, written out.
 """

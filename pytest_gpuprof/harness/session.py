@@ -234,7 +234,7 @@ class GpuSession:
         """``comparison``'s regressions put to fresh runs of the test (``harness.reruns``);
         where none could be made, the regression stands and the note says why."""
         from pytest_gpuprof.harness import reruns
-        from pytest_gpuprof.verdict.compare import confirmed
+        from pytest_gpuprof.verdict.comparison import confirmed
 
         assert self.gate is not None
         try:

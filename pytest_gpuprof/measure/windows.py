@@ -175,7 +175,7 @@ class WindowCollector:
     def batch(self, label: str = "measure") -> Iterator[None]:
         """The windows made inside (a ``measure()``'s rounds) are cut after the last one:
         CUPTI is flushed once for all of them, not between them. A forced flush slows the
-        launches that follow it (on an H200, a CUDA-graph loop by 6%, docs/performance.md),
+        launches that follow it (on an H200, a CUDA-graph loop by 6%, docs/performance-log.md),
         which would put that cost in the next round."""
         if not self._batching and not self._open:
             self.note_outside(label)

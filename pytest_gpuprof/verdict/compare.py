@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_gpuprof.analysis.levels import learn
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, mann_whitney_greater
@@ -34,9 +34,6 @@ from pytest_gpuprof.analysis.throttle import throttle_names
 from pytest_gpuprof.verdict.change import Change, Finding
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
-
-if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.comparison import Comparison
 
 
 def kernel_names(changes: Iterable[Change]) -> dict[str, str]:
@@ -52,7 +49,7 @@ def regressions(changes: Sequence[Change], gating: Sequence[Threshold]) -> list[
 
 
 # a kernel under this share of the baseline's kernel time is neither gated nor listed: a
-# 5 us fill kernel moves by 7% from process to process (H200, docs/performance.md)
+# 5 us fill kernel moves by 7% from process to process (H200, docs/performance-log.md)
 KERNEL_FLOOR = 0.01
 
 
@@ -99,31 +96,6 @@ def assess(
     else:
         finding, p = ("inconclusive" if abs(moved) > delta else "unchanged"), min(worse_p, better_p)
     return Change(threshold, finding, base_median, cur_median, p, (len(baseline), len(current)), spread)
-
-
-def confirmed(comparison: Comparison, fresh: Sequence[Comparison]) -> Comparison:
-    """``comparison`` once ``fresh`` comparisons of the same test (each a fresh run against
-    the same baseline) were asked to repeat its regressions: a regression that any of them
-    did not repeat reads ``inconclusive``, saying what they read (its test is undecided);
-    the others stand, confirmed by as many runs (``Comparison.confirmed``)."""
-    regressed = comparison.regressed
-    if not regressed or not fresh:
-        return comparison
-    changes = []
-    for c in comparison.changes:
-        if c not in regressed:
-            changes.append(c)
-            continue
-        theirs = [next((f for f in other.changes if f.threshold == c.threshold), None) for other in fresh]
-        repeated = sum(f is not None and f.finding == "regression" for f in theirs)
-        if repeated == len(fresh):
-            changes.append(c)
-            continue
-        read = ", ".join(f"{_shown(f.current)} ({f.finding})" if f is not None else "not measured" for f in theirs)
-        changes.append(
-            replace(c, finding="inconclusive", unconfirmed=f"{repeated} of {len(fresh)} fresh runs repeated it: {read}")
-        )
-    return replace(comparison, changes=tuple(changes), confirmed=len(fresh))
 
 
 def _shown(value: float | None) -> str:

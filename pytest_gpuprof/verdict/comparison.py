@@ -3,8 +3,8 @@ regressed, which baseline record, and what a line, a failure and the JSON say of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_gpuprof.verdict.change import Change
@@ -116,3 +116,32 @@ class Comparison:
         if self.baseline is None:
             return None
         return {**self.baseline, "status": self.status, **({"why_not": self.why_not} if self.why_not else {})}
+
+
+def confirmed(comparison: Comparison, fresh: Sequence[Comparison]) -> Comparison:
+    """``comparison`` once ``fresh`` comparisons of the same test (each a fresh run against
+    the same baseline) were asked to repeat its regressions: a regression that any of them
+    did not repeat reads ``inconclusive``, saying what they read (its test is undecided);
+    the others stand, confirmed by as many runs (``Comparison.confirmed``)."""
+    regressed = comparison.regressed
+    if not regressed or not fresh:
+        return comparison
+    changes = []
+    for c in comparison.changes:
+        if c not in regressed:
+            changes.append(c)
+            continue
+        theirs = [next((f for f in other.changes if f.threshold == c.threshold), None) for other in fresh]
+        repeated = sum(f is not None and f.finding == "regression" for f in theirs)
+        if repeated == len(fresh):
+            changes.append(c)
+            continue
+        read = ", ".join(f"{_value(f.current)} ({f.finding})" if f is not None else "not measured" for f in theirs)
+        changes.append(
+            replace(c, finding="inconclusive", unconfirmed=f"{repeated} of {len(fresh)} fresh runs repeated it: {read}")
+        )
+    return replace(comparison, changes=tuple(changes), confirmed=len(fresh))
+
+
+def _value(value: float | None) -> str:
+    return "?" if value is None else f"{value:.6g}"

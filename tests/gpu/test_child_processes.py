@@ -97,7 +97,7 @@ def test_a_training_script_run_as_a_subprocess_is_measured(traced, tmp_path):
     assert m.kernel_ms == pytest.approx(child.kernel_ms, rel=0.01)
     assert m.utilization == pytest.approx(child.kernel_ms / m.wall_ms, rel=0.01)
     # tracing the child costs its start-up (CUPTI loaded, its records written as it exits):
-    # 4.4 s untraced against 5.6 s traced in one H200 sitting (docs/performance.md)
+    # 4.4 s untraced against 5.6 s traced in one H200 sitting (docs/performance-log.md)
     assert m.wall_ms < 2 * untraced_wall_ms
 
 

@@ -70,7 +70,7 @@ def test_known_duty_cycle_against_the_event_pair(gpuprof, gpu_workload, on_ms, o
     for measured, reference in pairs:  # the measurement, round by round, within a point
         assert measured == pytest.approx(reference, abs=0.01)
     # The nominal fraction ignores the host loop's own cost (launch, sleep overshoot),
-    # which is real kernel-idle time: see docs/performance.md.
+    # which is real kernel-idle time: see docs/performance-log.md.
     assert m.utilization == pytest.approx(on_ms / (on_ms + off_ms), abs=0.03)
 
 

@@ -114,7 +114,7 @@ def test_a_bad_table_is_a_usage_error_in_a_suite_that_never_uses_the_plugin(unas
 
 def test_loading_the_plugin_imports_its_flags_and_checks_alone():
     """The plugin loads into every pytest run of its environment: the session's modules
-    (18 ms of imports once, docs/performance.md) wait until a run or a test asks for it."""
+    (18 ms of imports once, docs/performance-log.md) wait until a run or a test asks for it."""
     import subprocess
     import sys
 
