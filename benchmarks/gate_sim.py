@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from pytest_gpuprof.verdict.compare import compare_tests, confirmed
-from pytest_gpuprof.verdict.comparison import Comparison
+from pytest_gpuprof.verdict.compare import compare_tests
+from pytest_gpuprof.verdict.comparison import Comparison, confirmed
 from pytest_gpuprof.verdict.decision import decision
 from pytest_gpuprof.verdict.thresholds import parse_thresholds
 

@@ -27,6 +27,7 @@ from pytest_gpuprof.harness.touch import FIXTURES, PROFILER
 __all__ = ["GpuBudgetWarning"]
 
 if TYPE_CHECKING:
+    from pytest_gpuprof.baselines.rule import RunFacts
     from pytest_gpuprof.capture.device import GpuDevice
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.harness.config import Settings
@@ -408,29 +409,21 @@ class SessionHooks:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         self._session.summary(terminalreporter)
 
-    def _not_a_baseline(self, session: pytest.Session, exitstatus: int) -> tuple[str | None, str | None]:
-        """Why this run may not become a baseline (docs/design.md, "The baseline rule"), or
-        ``None``: a baseline is a complete, accepted run, every collected test run and passed.
-        And, second, why it is a part of one: under a run id (``--gpu-run-id`` or the CI's)
-        a run of some of the tests is a shard, whose tests a comparison takes from it and
-        the rest from the records that hold them."""
+    def _run_facts(self, session: pytest.Session, exitstatus: int, cut_short: str | None) -> RunFacts:
+        """What the baseline rule reads of this run (``baselines.rule``)."""
+        from pytest_gpuprof.baselines.rule import RunFacts
+
         option = session.config.option
-        if getattr(option, "collectonly", False):
-            return "was --collect-only: no test ran", None
         narrowed = [flag for name, flag in _NARROWING if getattr(option, name, None) and not self._ran_all(name)]
         narrowed += _named_parts(session.config)
-        why = None
-        if self._deselected:
-            why = f"deselected {self._deselected} test(s) (-k, -m, --deselect, --lf or a plugin)"
-        elif narrowed:
-            why = f"ran with {', '.join(narrowed)}"
-        if exitstatus == pytest.ExitCode.TESTS_FAILED:
-            return "had failed tests (its own budget, gate or code): a baseline is a run whose every test passed", None
-        run_id = self._session.settings.run_id
-        if why and run_id is None:
-            hint = "; a shard of a sharded suite saves its part under a run id: --gpu-run-id"
-            return f"{why}: not every collected test ran{hint}", None
-        return None, (f"{why}: a part of run {run_id}" if why else None)
+        return RunFacts(
+            cut_short=cut_short,
+            collect_only=bool(getattr(option, "collectonly", False)),
+            deselected=self._deselected,
+            narrowed=tuple(narrowed),
+            failed=exitstatus == pytest.ExitCode.TESTS_FAILED,
+            run_id=self._session.settings.run_id,
+        )
 
     def _ran_all(self, option: str) -> bool:
         """Whether ``--lf`` left every collected test in: with no failure recorded when the
@@ -448,10 +441,8 @@ class SessionHooks:
             partial = f"had {self._collection_errors} error(s) during collection"
         elif session.shouldstop or session.shouldfail:
             partial = f"stopped early ({session.shouldstop or session.shouldfail})"
-        refused, part = self._not_a_baseline(session, exitstatus)
-        if partial:
-            refused, part = f"the run {partial}", None
-        if not self._session.write_outputs(partial, refused, part) and session.exitstatus == pytest.ExitCode.OK:
+        facts = self._run_facts(session, exitstatus, partial)
+        if not self._session.write_outputs(facts) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

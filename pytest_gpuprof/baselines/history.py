@@ -18,6 +18,7 @@ from pytest_gpuprof.analysis.descriptors import is_fraction
 from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS, Spread
 from pytest_gpuprof.baselines import store as storage_store
 from pytest_gpuprof.baselines.reference import test_of
+from pytest_gpuprof.baselines.summary import SUMMARY_METRICS, Summary
 from pytest_gpuprof.verdict.samples import samples_of
 
 DEFAULT_METRICS = ("wall_ms", "kernel_ms", "utilization")
@@ -78,7 +79,7 @@ def history(
     machine: str,
     pattern: str = "*",
     metrics: Sequence[str] = DEFAULT_METRICS,
-    summaries: Sequence[storage_store.Summary] | None = None,
+    summaries: Sequence[Summary] | None = None,
 ) -> list[Series]:
     """Every test matching ``pattern``, each metric, over the machine's baselines in order
     (their ``created``). The default metrics come from the store's summaries; any other
@@ -86,7 +87,7 @@ def history(
     if summaries is None:
         summaries = store.summaries(machine)
     summaries = [s for s in summaries if not s.damaged]  # ``skipped`` names them
-    full = not set(metrics) <= set(storage_store.SUMMARY_METRICS)
+    full = not set(metrics) <= set(SUMMARY_METRICS)
     records = store.read_many([s.key for s in summaries]) if full else {}
     drawn = {n for s in summaries for n in s.drawn}  # ``skipped`` names them
     tests = sorted({n for s in summaries for n in s.tests if fnmatch.fnmatchcase(n, pattern)} - drawn)
@@ -233,7 +234,7 @@ points (a level shift beyond the noise of the runs around it) as dashed lines wi
 """
 
 
-def skipped(store: storage_store.Store, summaries: Sequence[storage_store.Summary], pattern: str = "*") -> list[str]:
+def skipped(store: storage_store.Store, summaries: Sequence[Summary], pattern: str = "*") -> list[str]:
     """What a history left out, a line each: the damaged records (``prune`` removes them)
     and the test entries with a field a figure cannot be read from; the tests measured
     inside hypothesis examples, whose figures depend on the sizes drawn: not a trend."""

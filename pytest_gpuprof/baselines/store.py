@@ -26,41 +26,34 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_gpuprof.baselines.choice import NoBaseline, choose, to_prune
 from pytest_gpuprof.baselines.records import (
     BaselineError,
     NewerSchema,
     check_name,
-    clean,
     decoded,
-    entry_problem,
-    not_accepted,
     parse,
     shown,
 )
 from pytest_gpuprof.baselines.reference import Reference
+from pytest_gpuprof.baselines.summary import Summary, epoch, is_record_file
 from pytest_gpuprof.output.files import STALE_TMP_S, clear_partial, json_text, written
 
 T = TypeVar("T")
 
-# the default metrics of ``gpuprof history``, kept in each summary
-SUMMARY_METRICS = ("wall_ms", "kernel_ms", "utilization")
 # loose records (saved since the last pack) beyond which a reader writes a new pack
 PACK_AT = 64
 INDEX = "_index"
 # the scheme's fsspec library and the extra that installs it
 _EXTRAS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "az": ("adlfs", "azure")}
 _EXTRAS |= {"abfs": _EXTRAS["az"], "abfss": _EXTRAS["az"]}
-_RECORD = re.compile(
-    r"^(?P<name>[A-Za-z0-9_.\-]+)@(?P<stamp>\d{8}T\d{6}\.\d{6}Z)@(?P<run>[A-Za-z0-9_.\-]+)@[0-9a-f]+\.json$"
-)
 # an unreachable endpoint fails in seconds, not botocore's minute a try
 S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
 # beyond botocore's attempts, a call's own margin (its event loop, DNS, the TLS handshake)
@@ -100,19 +93,8 @@ def _options(scheme: str) -> dict[str, Any]:
     return options
 
 
-_LEGACY = re.compile(r"^(\d{4})_(.+)\.json$")
-
-
 class StoreError(BaselineError):
     """A store that cannot be reached, read or written: the URL (credentials left out) and what failed."""
-
-
-class NoBaseline(BaselineError):
-    """No baseline to compare with; ``empty``: the store holds nothing at all of this machine."""
-
-    def __init__(self, message: str, empty: bool = False) -> None:
-        super().__init__(message)
-        self.empty = empty
 
 
 def _within(deadline: float | None, call: Callable[[], T]) -> T:
@@ -162,70 +144,6 @@ def check_url(url: str) -> None:
             raise StoreError(
                 f"{shown(url)}: {scheme}:// needs {module}: pip install 'pytest-gpuprof[{extra}]'"
             ) from None
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """What the store's readers need of one record without reading it whole."""
-
-    key: str  # below the root: <machine>/<file>
-    name: str
-    created: str
-    run_id: str
-    commit: str = ""
-    branch: str = ""
-    refused: str | None = None  # why no comparison may pick it (``not_accepted``)
-    tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # nodeid: metric: samples
-    problems: dict[str, str] = field(default_factory=dict)  # nodeid: why its entry is unusable
-    damaged: str | None = None  # why the record cannot be read at all (``prune`` removes it)
-    stored: float | None = None  # when the store wrote it (seconds since the epoch), from its listing
-    # the tests measured inside hypothesis examples: their figures are the last example's,
-    # whose sizes were drawn (``history`` charts no trend of them)
-    drawn: list[str] = field(default_factory=list)
-
-    def order(self) -> tuple[float, str, str]:
-        """The store's write order; the record's own date only breaks a tie."""
-        return (self.stored if self.stored is not None else _epoch(self.created), self.created, self.key)
-
-    def as_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    @classmethod
-    def of_damaged(cls, key: str, why: str) -> Summary:
-        """A record that cannot be read: named and dated by its key, never a baseline."""
-        file = key.rsplit("/", 1)[-1]
-        match = _RECORD.match(file)
-        created = ""
-        if match:
-            with contextlib.suppress(ValueError):
-                created = dt.datetime.strptime(match["stamp"], "%Y%m%dT%H%M%S.%fZ").isoformat() + "+00:00"
-        return cls(key, _name_of(file), created, match["run"] if match else "", refused=why, damaged=why)
-
-    @classmethod
-    def of(cls, key: str, record: dict[str, Any]) -> Summary:
-        from pytest_gpuprof.verdict.samples import samples_of
-
-        name = _name_of(key.rsplit("/", 1)[-1])
-        tests: dict[str, dict[str, list[float]]] = {}
-        problems = {}
-        for t in record["tests"]:
-            problem = entry_problem(t) if "crashed" not in t else None
-            if problem is not None:
-                problems[t["nodeid"]] = problem
-            tests[t["nodeid"]] = {} if problem else {m: v for m in SUMMARY_METRICS if (v := samples_of(t, m))}
-        created = record.get("created", "")
-        return cls(
-            key=key,
-            name=name,
-            created=created if isinstance(created, str) else "",
-            run_id=clean(str(record.get("run_id", ""))),
-            commit=clean(str(record.get("commit", ""))),
-            branch=clean(str(record.get("branch", ""))),
-            refused=not_accepted(record),
-            tests=tests,
-            problems=problems,
-            drawn=[t["nodeid"] for t in record["tests"] if t.get("examples")],
-        )
 
 
 class Store:
@@ -486,7 +404,7 @@ class Store:
             self._pack(machine, known.values(), packs)
         dated = [replace(s, stored=self.written.get(s.key, s.stored)) for s in known.values()]
         for s in dated:
-            ahead = _epoch(s.created) - (s.stored if s.stored is not None else _epoch(s.created))
+            ahead = epoch(s.created) - (s.stored if s.stored is not None else epoch(s.created))
             if ahead > FUTURE_SLACK_S:
                 self.doubtful[s.key] = (
                     f"says it was created {s.created[:19]}, {ahead / 3600:.1f} h after the store wrote it: "
@@ -511,57 +429,17 @@ class Store:
 
     def reference(self, machine: str, wanted: str | None, pooled: int = 1) -> Reference:
         """What a comparison reads: each test's newest accepted record (of ``wanted``'s name,
-        where given) that holds it, or its ``pooled`` newest ones."""
-        everything = self.summaries(machine)
-        what = f"named {wanted!r} " if wanted else ""
-        candidates = [s for s in everything if (wanted is None or s.name == wanted) and not s.damaged]
-        if not candidates:
-            others = [m for m in self.machines() if m != machine]
-            hint = ""
-            names = _names(everything)
-            if names:  # the names this machine has: the one meant is likely among them
-                hint = f"; this machine has {names}"
-            elif others:
-                hint = (
-                    f"; baselines exist for machine ids {', '.join(others)} (--gpu-compare-any-machine compares "
-                    "with the newest of them)"
-                )
-            raise NoBaseline(
-                f"no baseline {what}for machine {machine} under {shown(self.url)}{hint}", empty=not everything
-            )
-        passed_over: list[str] = []
-        accepted = []
-        for s in reversed(candidates):
-            if s.refused is None:
-                accepted.append(s)
-            elif not accepted:
-                passed_over.append(f"{s.key.rsplit('/', 1)[-1]} ({s.refused})")
-        if not accepted:
-            raise NoBaseline(
-                f"no accepted baseline {what}for machine {machine} under {shown(self.url)}: {'; '.join(passed_over)}"
-            )
-        newest = accepted[0]
-        parts = [s for s in accepted if newest.run_id and s.run_id == newest.run_id]
-        why = f"the newest accepted baseline {what}of machine {machine}"
-        if len(parts) > 1:
-            why += f" (run {newest.run_id}, {len(parts)} parts)"
-        if pooled > 1:
-            why += f", each test pooled over its {pooled} newest accepted baselines"
-        if passed_over:
-            why += f"; passed over {len(passed_over)} newer: {'; '.join(passed_over)}"
-        # a newer record of the name that cannot be read: the run meant to be the baseline,
-        # maybe; named, never passed over in silence
-        damaged = [
-            f"{s.key.rsplit('/', 1)[-1]} is damaged ({s.damaged}), gpuprof prune removes it"
-            for s in everything
-            if s.damaged and (wanted is None or s.name == wanted) and s.order() > newest.order()
-        ]
-        if damaged:
-            why += f"; warning: passed over {len(damaged)} newer record(s) that cannot be read: {'; '.join(damaged)}"
-        doubtful = [f"{key.rsplit('/', 1)[-1]} {text}" for key, text in self.doubtful.items()]
-        if doubtful:
-            why += f"; warning: {'; '.join(doubtful)}"
-        return Reference(self, tuple(accepted), pooled, self.where(newest.key), why, newest)
+        where given) that holds it, or its ``pooled`` newest ones (``choice.choose``)."""
+        chosen = choose(
+            self.summaries(machine),
+            wanted,
+            pooled,
+            machine=machine,
+            url=shown(self.url),
+            others=lambda: [m for m in self.machines() if m != machine],
+            doubtful=self.doubtful,
+        )
+        return Reference(self, chosen.accepted, pooled, self.where(chosen.newest.key), chosen.why, chosen.newest)
 
     def reference_any_machine(self, wanted: str | None, pooled: int = 1) -> Reference:
         """``reference`` on the machine whose newest accepted baseline (of ``wanted``'s name)
@@ -582,12 +460,7 @@ class Store:
         packed again first, so no pack names a removed record. The partial files of writers
         that died are cleared."""
         summaries = self.summaries(machine)
-        removed = [s.key for s in summaries if s.damaged and (name is None or s.name == name)]
-        for each in sorted({s.name for s in summaries if name is None or s.name == name}):
-            runs: dict[str, list[Summary]] = {}
-            for s in reversed([s for s in summaries if s.name == each and not s.damaged]):  # newest first
-                runs.setdefault(s.run_id or s.key, []).append(s)
-            removed += [s.key for old in list(runs.values())[keep:] for s in old]
+        removed = to_prune(summaries, keep, name)
         self.clear_partial(machine)
         if not removed:
             return []
@@ -603,17 +476,6 @@ class Store:
 FUTURE_SLACK_S = 300.0
 
 
-def _epoch(created: str) -> float:
-    """A record's ``created`` in seconds since the epoch (0 where it cannot be read)."""
-    try:
-        when = dt.datetime.fromisoformat(created)
-    except (TypeError, ValueError):
-        return 0.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.timestamp()
-
-
 def _written_at(info: dict[str, Any]) -> float | None:
     """When the store wrote an object, from its listing: a local file's ``mtime``, an
     object store's ``LastModified``, the memory store's ``created``."""
@@ -626,15 +488,6 @@ def _written_at(info: dict[str, Any]) -> float | None:
     return None
 
 
-def _names(summaries: list[Summary]) -> str:
-    """The baseline names among ``summaries``, newest first, each with its newest run's date."""
-    newest: dict[str, str] = {}
-    for s in reversed(summaries):  # newest first
-        if not s.damaged:
-            newest.setdefault(s.name, s.created[:16].replace("T", " "))
-    return ", ".join(f"{name} (newest {when})" if when else name for name, when in newest.items())
-
-
 def _timeouts(fs: Any) -> str:
     config = getattr(fs, "config_kwargs", None) or {}
     retries = config.get("retries") or {}
@@ -645,18 +498,9 @@ def _timeouts(fs: Any) -> str:
     )
 
 
-def _name_of(file: str) -> str:
-    """A record's name from its file name (``NAME@...`` or a legacy ``NNNN_NAME.json``)."""
-    match = _RECORD.match(file)
-    if match:
-        return match["name"]
-    legacy = _LEGACY.match(file)
-    return legacy[2] if legacy else file
-
-
 def _is_record(key: str) -> bool:
     file = key.rsplit("/", 1)[-1]
-    return key.count("/") == 1 and bool(_RECORD.match(file) or _LEGACY.match(file))
+    return key.count("/") == 1 and is_record_file(file)
 
 
 def _stamp(created: str) -> str:

@@ -30,6 +30,7 @@ from pytest_gpuprof.verdict.budget import Budget
 
 if TYPE_CHECKING:
     from pytest_gpuprof.baselines.gate import Gate
+    from pytest_gpuprof.baselines.rule import RunFacts
     from pytest_gpuprof.capture import backends
     from pytest_gpuprof.capture.children import ChildWatch
     from pytest_gpuprof.capture.device import GpuDevice
@@ -397,14 +398,11 @@ class GpuSession:
             )
         return None
 
-    def write_outputs(self, partial: str | None, not_a_baseline: str | None = None, part: str | None = None) -> bool:
-        """The run's files; ``not_a_baseline``: why ``--gpu-save`` must not store it;
-        ``part``: why it is one shard of a run."""
+    def write_outputs(self, run: RunFacts) -> bool:
+        """The run's files, and the baseline where the rule lets ``run`` be one."""
         if self.runtime.is_worker:
             return True
-        return self.outputs.write(
-            self._views(), self.tests.crashed, self.runtime.machine, partial, not_a_baseline, part, self.tests.words()
-        )
+        return self.outputs.write(self._views(), self.tests.crashed, self.runtime.machine, run, self.tests.words())
 
     def close(self) -> None:
         self.runtime.close()

@@ -8,6 +8,7 @@ line of the summary and makes the run fail, and the rest are still written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -23,6 +24,7 @@ from pytest_gpuprof.output.views import TestView
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
+    from pytest_gpuprof.baselines.rule import RunFacts
     from pytest_gpuprof.verdict.record import GpuRecord
     from pytest_gpuprof.verdict.run_gate import RunGate
 
@@ -244,15 +246,16 @@ class Outputs:
         views: Mapping[str, TestView],
         crashed: Mapping[str, str],
         machine: Callable[[], dict[str, Any]],
-        partial: str | None,
-        not_a_baseline: str | None = None,
-        part: str | None = None,
+        facts: RunFacts,
         outcomes: Mapping[str, str] | None = None,
     ) -> bool:
-        """Every file asked for (``FILES``) and the baseline; ``partial`` says why the run
-        ended early, if it did, ``not_a_baseline`` why it may not become a baseline. False
-        when one could not be written."""
+        """Every file asked for (``FILES``) and the baseline, where the baseline rule lets
+        the run be one (``baselines.rule``, from its ``facts``). False when one could not be
+        written."""
+        from pytest_gpuprof.baselines import rule
+
         s = self.settings
+        partial = facts.cut_short
         if self.trace_failed is not None:
             self.written.append(self.trace_failed)
         asked = [(f, path) for f in FILES if (path := f.where(s)) is not None]
@@ -263,12 +266,13 @@ class Outputs:
         from pytest_gpuprof.output.report import build_report, revision
 
         tests, merged = self.merged(views, crashed, machine)
+        said = rule.judge(dataclasses.replace(facts, measured=len(tests)))
         report = build_report(tests, merged, revision(self.config.rootpath))
         self.config.hook.pytest_gpuprof_update_json(config=self.config, report=report)
         if partial:
             report["partial"] = partial
-        if part:
-            report["part"] = part
+        if said.part:
+            report["part"] = said.part
         if outcomes:
             report["outcomes"] = dict(outcomes)
         if not tests and partial:  # cut short: what was measured before it is said, not why
@@ -293,10 +297,7 @@ class Outputs:
             else:
                 self.written.append(f"gpuprof: {f.what} {f.done} {path}")
         if (name := s.save) is not None:
-            refused = not_a_baseline or (f"the run {partial}" if partial else None)
-            if refused is None and not tests:
-                refused = "no test measured anything: a baseline holds at least one measured test"
-            ok = self._save(report, name, refused) and ok
+            ok = self._save(report, name, said.refused) and ok
         return ok
 
     def _save(self, report: dict[str, Any], name: str, refused: str | None) -> bool:

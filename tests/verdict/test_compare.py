@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuprof import cli
+from pytest_gpuprof.analysis.mann_whitney import can_fail, mann_whitney_greater
 from pytest_gpuprof.baselines import records as storage
 from pytest_gpuprof.baselines.store import Store
-from pytest_gpuprof.verdict.compare import assess, can_fail, mann_whitney_greater, samples_of
+from pytest_gpuprof.verdict.compare import assess
+from pytest_gpuprof.verdict.samples import samples_of
 from pytest_gpuprof.verdict.thresholds import CompareError, parse_thresholds
 
 
