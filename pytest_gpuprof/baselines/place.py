@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pytest_gpuprof.baselines.store import is_url
+from pytest_gpuprof.baselines.reach import is_url
 
 # pytest's configuration files, in the order pytest looks for them
 CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")

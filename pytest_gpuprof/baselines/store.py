@@ -27,13 +27,23 @@ import datetime as dt
 import json
 import os
 import secrets
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_gpuprof.baselines.choice import NoBaseline, choose, to_prune
+from pytest_gpuprof.baselines.reach import (
+    StoreError,
+    check_url,
+    deadline_s,
+    fs_options,
+    is_url,
+    reason,
+    timeouts,
+    within,
+    written_at,
+)
 from pytest_gpuprof.baselines.records import (
     BaselineError,
     NewerSchema,
@@ -51,99 +61,6 @@ T = TypeVar("T")
 # loose records (saved since the last pack) beyond which a reader writes a new pack
 PACK_AT = 64
 INDEX = "_index"
-# the scheme's fsspec library and the extra that installs it
-_EXTRAS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "az": ("adlfs", "azure")}
-_EXTRAS |= {"abfs": _EXTRAS["az"], "abfss": _EXTRAS["az"]}
-# an unreachable endpoint fails in seconds, not botocore's minute a try
-S3_DEFAULTS = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 2}}
-# beyond botocore's attempts, a call's own margin (its event loop, DNS, the TLS handshake)
-DEADLINE_MARGIN_S = 2.0
-
-
-def deadline_s(options: dict[str, Any]) -> float | None:
-    """How long one call to a store may take, from its timeouts: every attempt's connect
-    and read timeouts, and a margin. ``None``: a store that never waits on a network."""
-    config = options.get("config_kwargs")
-    if config is None:
-        return None
-    retries = config.get("retries") or {}
-    attempts = retries.get("total_max_attempts") or retries.get("max_attempts") or 1
-    return int(attempts) * (float(config.get("connect_timeout", 60)) + float(config.get("read_timeout", 60))) + (
-        DEADLINE_MARGIN_S
-    )
-
-
-def _options(scheme: str) -> dict[str, Any]:
-    """The storage options of a scheme. fsspec keeps one client per set of options: the
-    endpoint in the environment (``AWS_ENDPOINT_URL``) is one of them, so a changed
-    endpoint gets a client of its own.
-
-    The store's botocore settings are defaults: what the user configured for fsspec's
-    ``s3`` (its config files, ``FSSPEC_S3_*``) wins, key by key. Options passed here
-    replace fsspec's configured ones whole, so they are merged first."""
-    if scheme != "s3":
-        return {}
-    import fsspec.config
-
-    configured = fsspec.config.conf.get("s3", {})
-    options: dict[str, Any] = {"config_kwargs": {**S3_DEFAULTS, **configured.get("config_kwargs", {})}}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        options["client_kwargs"] = {"endpoint_url": endpoint, **configured.get("client_kwargs", {})}
-    return options
-
-
-class StoreError(BaselineError):
-    """A store that cannot be reached, read or written: the URL (credentials left out) and what failed."""
-
-
-def _within(deadline: float | None, call: Callable[[], T]) -> T:
-    """``call()``, or a ``TimeoutError`` once ``deadline`` seconds passed: a storage library
-    that stalls (an endpoint that accepts and never answers) is left to finish in a daemon
-    thread, which holds no lock of ours."""
-    if deadline is None:
-        return call()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
-
-    worker = threading.Thread(target=run, name="gpuprof-store", daemon=True)
-    worker.start()
-    worker.join(deadline)
-    if worker.is_alive():
-        raise TimeoutError(f"no answer within {deadline:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def is_url(value: str) -> bool:
-    return "://" in value
-
-
-def check_url(url: str) -> None:
-    """A store URL this machine can open: its scheme known to fsspec and its library installed."""
-    if not is_url(url):
-        return
-    scheme = url.split("://", 1)[0]
-    import fsspec
-
-    if scheme not in fsspec.available_protocols():
-        raise StoreError(
-            f"{shown(url)}: no storage scheme {scheme!r}; use a folder, file://, s3://, gs://, az:// or memory://"
-        )
-    if scheme in _EXTRAS:
-        module, extra = _EXTRAS[scheme]
-        try:
-            __import__(module)
-        except ImportError:
-            raise StoreError(
-                f"{shown(url)}: {scheme}:// needs {module}: pip install 'pytest-gpuprof[{extra}]'"
-            ) from None
 
 
 class Store:
@@ -159,7 +76,7 @@ class Store:
         import fsspec
 
         scheme = self.url.split("://", 1)[0] if is_url(self.url) else "file"
-        options = _options(scheme)
+        options = fs_options(scheme)
         self.deadline = deadline_s(options)
         with self._failing("open"):
             self.fs, root = fsspec.core.url_to_fs(self.url, **options)
@@ -188,7 +105,7 @@ class Store:
     def _call(self, what: str, call: Callable[[], T]) -> T:
         """One call to the storage library, bounded by the deadline, its failure one line."""
         with self._failing(what):
-            return _within(self.deadline, call)
+            return within(self.deadline, call)
 
     @contextlib.contextmanager
     def _failing(self, what: str) -> Iterator[None]:
@@ -198,16 +115,15 @@ class Store:
         except BaselineError:
             raise
         except FileNotFoundError as e:
-            raise StoreError(f"{shown(self.url)}: {what}: not found ({_reason(e)})") from None
+            raise StoreError(f"{shown(self.url)}: {what}: not found ({reason(e)})") from None
         except PermissionError as e:
-            raise StoreError(f"{shown(self.url)}: {what}: access denied ({_reason(e)})") from None
+            raise StoreError(f"{shown(self.url)}: {what}: access denied ({reason(e)})") from None
         except TimeoutError as e:
             raise StoreError(
-                f"{shown(self.url)}: {what}: the store did not answer ({_reason(e)}; its timeouts: "
-                f"{_timeouts(self.fs)})"
+                f"{shown(self.url)}: {what}: the store did not answer ({reason(e)}; its timeouts: {timeouts(self.fs)})"
             ) from None
         except Exception as e:  # the libraries' own errors (botocore, aiohttp, gcsfs ...)
-            raise StoreError(f"{shown(self.url)}: {what}: {type(e).__name__}: {_reason(e)}") from None
+            raise StoreError(f"{shown(self.url)}: {what}: {type(e).__name__}: {reason(e)}") from None
 
     def reach(self) -> None:
         """Whether the store's bucket (or container) answers, asked once before a run that
@@ -218,7 +134,7 @@ class Store:
             return
         bucket = self.root.split("/", 1)[0]
         with self._failing("reach its bucket"):
-            _within(self.deadline, lambda: self.fs.ls(bucket))
+            within(self.deadline, lambda: self.fs.ls(bucket))
 
     # --- writing
 
@@ -278,7 +194,7 @@ class Store:
                 return {str(p): info for p, info in self.fs.find(prefix, maxdepth=maxdepth, detail=True).items()}
             return [str(p) for p in self.fs.find(prefix, maxdepth=maxdepth)]
 
-        return _within(self.deadline, find)
+        return within(self.deadline, find)
 
     def machines(self) -> list[str]:
         """The machine ids that hold records. An object store's listing of the prefixes is
@@ -333,7 +249,7 @@ class Store:
         keys = {}
         for path, info in found.items():
             if path.endswith(".json"):
-                keys[f"{machine}/{path[len(prefix) + 1 :]}"] = _written_at(info)
+                keys[f"{machine}/{path[len(prefix) + 1 :]}"] = written_at(info)
         self.written.update({k: t for k, t in keys.items() if t is not None})
         return sorted(keys)
 
@@ -360,7 +276,7 @@ class Store:
             if isinstance(value, FileNotFoundError) and gone_ok:
                 continue
             if isinstance(value, BaseException) or value is None:
-                why = _reason(value) if isinstance(value, BaseException) else "no answer for it"
+                why = reason(value) if isinstance(value, BaseException) else "no answer for it"
                 raise StoreError(f"{self.where(key)}: cannot read: {why}")
             try:
                 out[key] = decoded(value, self.where(key))
@@ -476,28 +392,6 @@ class Store:
 FUTURE_SLACK_S = 300.0
 
 
-def _written_at(info: dict[str, Any]) -> float | None:
-    """When the store wrote an object, from its listing: a local file's ``mtime``, an
-    object store's ``LastModified``, the memory store's ``created``."""
-    for field_name in ("mtime", "LastModified", "last_modified", "created"):
-        value = info.get(field_name)
-        if isinstance(value, dt.datetime):
-            return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
-        if isinstance(value, (int, float)) and value > 0:
-            return float(value)
-    return None
-
-
-def _timeouts(fs: Any) -> str:
-    config = getattr(fs, "config_kwargs", None) or {}
-    retries = config.get("retries") or {}
-    attempts = retries.get("total_max_attempts") or retries.get("max_attempts") or 1
-    return (
-        f"connect {config.get('connect_timeout', '?')} s, read {config.get('read_timeout', '?')} s, "
-        f"{attempts} attempt(s)"
-    )
-
-
 def _is_record(key: str) -> bool:
     file = key.rsplit("/", 1)[-1]
     return key.count("/") == 1 and is_record_file(file)
@@ -510,8 +404,3 @@ def _stamp(created: str) -> str:
     except ValueError:
         when = dt.datetime.now(dt.timezone.utc)
     return when.strftime("%Y%m%dT%H%M%S.%fZ")
-
-
-def _reason(e: BaseException) -> str:
-    text = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return " ".join(str(text).split())[:300]

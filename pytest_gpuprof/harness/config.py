@@ -384,7 +384,7 @@ def _storage(given: str | None, configured: object, rootpath: Path, pyproject: P
         value = at_root(DEFAULT["--gpu-storage"], rootpath)
     if not isinstance(value, str) or not value:
         raise ConfigError(f"storage = {value!r}: a folder or a URL (s3://bucket/prefix, memory://...) is expected")
-    from pytest_gpuprof.baselines.store import StoreError, check_url, is_url
+    from pytest_gpuprof.baselines.reach import StoreError, check_url, is_url
 
     if not is_url(value):
         problem = name_problem(value)

@@ -14,6 +14,7 @@ import pytest
 from plugin_runs import TWO_MEASURED, WITHOUT_HYPOTHESIS
 
 from pytest_gpuprof import cli
+from pytest_gpuprof.baselines import reach
 from pytest_gpuprof.baselines import store as store_module
 from pytest_gpuprof.baselines.records import BaselineError, shown
 from pytest_gpuprof.baselines.store import INDEX, PACK_AT, Store
@@ -392,8 +393,8 @@ def test_the_users_fsspec_configuration_wins_over_the_stores_defaults(monkeypatc
     user = {"retries": {"total_max_attempts": 1}, "read_timeout": 7}
     monkeypatch.setitem(fsspec.config.conf, "s3", {"config_kwargs": user, "anon": False})
     store = Store(f"s3://configured-{uuid.uuid4().hex[:8]}/p")
-    assert store.fs.config_kwargs == {**store_module.S3_DEFAULTS, **user}
-    assert store.fs.config_kwargs["connect_timeout"] == store_module.S3_DEFAULTS["connect_timeout"]
+    assert store.fs.config_kwargs == {**reach.S3_DEFAULTS, **user}
+    assert store.fs.config_kwargs["connect_timeout"] == reach.S3_DEFAULTS["connect_timeout"]
     assert store.fs.client_kwargs == {"endpoint_url": "http://127.0.0.1:9"}
 
 
@@ -480,7 +481,7 @@ def test_credentials_written_into_a_url_are_never_shown():
 
 
 def test_a_scheme_without_its_library_says_which_extra_installs_it(monkeypatch):
-    monkeypatch.setitem(store_module._EXTRAS, "memory", ("no_such_module_gpuprof", "s3"))
+    monkeypatch.setitem(reach._EXTRAS, "memory", ("no_such_module_gpuprof", "s3"))
     with pytest.raises(
         BaselineError, match=r"memory:// needs no_such_module_gpuprof: pip install 'pytest-gpuprof\[s3\]'"
     ):
@@ -628,14 +629,14 @@ def stalled_endpoint(monkeypatch):
 def test_a_stalled_endpoint_ends_each_call_within_the_timeouts_and_is_never_an_empty_store(stalled_endpoint, capsys):
     url = f"s3://stalled-{uuid.uuid4().hex[:8]}/p"
     store = Store(url)
-    assert store.deadline == 1 * (1 + 1) + store_module.DEADLINE_MARGIN_S
+    assert store.deadline == 1 * (1 + 1) + reach.DEADLINE_MARGIN_S
     for call in (
         lambda: store.save(_report(_at(1)), "main"),
         lambda: store.reference("host-aaa", "main"),
         lambda: store.summaries("host-aaa"),
         lambda: store.machines(),
     ):
-        with pytest.raises(store_module.StoreError) as raised:
+        with pytest.raises(reach.StoreError) as raised:
             call()
         assert str(raised.value).startswith(f"{url}: ")
         assert "timeout" in str(raised.value).lower() or "did not answer" in str(raised.value)
@@ -652,7 +653,7 @@ def test_a_call_that_outlives_the_deadline_is_named_with_the_timeouts(monkeypatc
     store.deadline = 0.2
     never = threading.Event()
     monkeypatch.setattr(store.fs, "ls", lambda *a, **k: never.wait())
-    with pytest.raises(store_module.StoreError, match=r"memory://gpuprof-deadline/p: list: the store did not answer"):
+    with pytest.raises(reach.StoreError, match=r"memory://gpuprof-deadline/p: list: the store did not answer"):
         store.machines()
     never.set()
 
@@ -684,5 +685,5 @@ def test_an_unreachable_http_store_is_its_error_never_no_baseline():
 
     port = _free_port()  # nothing listens on it
     url = f"http://127.0.0.1:{port}/store"
-    with pytest.raises(store_module.StoreError, match=rf"^{url}: list: .*Connect"):
+    with pytest.raises(reach.StoreError, match=rf"^{url}: list: .*Connect"):
         Gate.open("main", {"id": "host-aaa"}, (), url)
