@@ -23,14 +23,15 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.baselines.records import clean, load
 from pytest_gpuprof.output.files import write_atomic
-from pytest_gpuprof.verdict.paired import ONE_PAIR, Order, Runs, Side, in_looks
+from pytest_gpuprof.verdict.paired import ONE_PAIR, Effect, Order, Runs, Side, in_looks
 from pytest_gpuprof.verdict.pull_request import SIDES, Outcome, listed
-from pytest_gpuprof.verdict.thresholds import parse_thresholds
+from pytest_gpuprof.verdict.thresholds import Threshold, parse_thresholds
 
 
 class AbError(Exception):
@@ -41,7 +42,7 @@ class AbError(Exception):
 # --- running the two trees
 
 
-def _git(args: Sequence[str], cwd: Path) -> str:
+def git(args: Sequence[str], cwd: Path) -> str:
     try:
         done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.SubprocessError) as e:
@@ -54,7 +55,7 @@ def _git(args: Sequence[str], cwd: Path) -> str:
 def repository(cwd: Path) -> Path:
     """The root of the git checkout holding ``cwd``: one line where there is none."""
     try:
-        return Path(_git(["rev-parse", "--show-toplevel"], cwd))
+        return Path(git(["rev-parse", "--show-toplevel"], cwd))
     except AbError:
         raise AbError(f"{cwd} is in no git repository: gpuprof ab runs two revisions of one") from None
 
@@ -62,11 +63,11 @@ def repository(cwd: Path) -> Path:
 def revision(ref: str, root: Path) -> str:
     """``ref``'s commit: one line naming it where it is none, and why (a shallow clone)."""
     try:
-        return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], root)
+        return git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], root)
     except AbError:
         shallow = ""
         try:
-            if _git(["rev-parse", "--is-shallow-repository"], root) == "true":
+            if git(["rev-parse", "--is-shallow-repository"], root) == "true":
                 shallow = (
                     "; this clone is shallow: fetch the base first (git fetch --unshallow origin, or "
                     "actions/checkout with fetch-depth: 0)"
@@ -78,8 +79,8 @@ def revision(ref: str, root: Path) -> str:
 
 def changed_files(root: Path) -> list[str]:
     """The files the working tree changed, staged or left untracked (ignored ones aside)."""
-    changed = _git(["diff", "--name-only", "HEAD"], root).splitlines()
-    changed += _git(["ls-files", "--others", "--exclude-standard"], root).splitlines()
+    changed = git(["diff", "--name-only", "HEAD"], root).splitlines()
+    changed += git(["ls-files", "--others", "--exclude-standard"], root).splitlines()
     return list(dict.fromkeys(f for f in changed if f))
 
 
@@ -132,7 +133,7 @@ def worktree(ref: str, cwd: Path, say: Callable[[str], None] = lambda line: None
     (folder / OWNER).write_text(str(os.getpid()))
     base = folder / "base"
     try:
-        _git(["worktree", "add", "--detach", str(base), commit], root)
+        git(["worktree", "add", "--detach", str(base), commit], root)
         _submodules(base, ref)
         yield root, base, commit
     finally:
@@ -148,7 +149,7 @@ def _submodules(base: Path, ref: str) -> None:
     if not (base / ".gitmodules").is_file():
         return
     try:
-        _git(["submodule", "update", "--init", "--recursive"], base)
+        git(["submodule", "update", "--init", "--recursive"], base)
     except AbError as e:
         raise AbError(
             f"--base {clean(ref)}: its submodules could not be checked out in its worktree ({e}); "
@@ -200,12 +201,8 @@ def ab(
     """Run ``pytest_args`` in ``pairs`` pairs of base and current runs; add pairs of each
     unsure test alone up to ``max_pairs``. Uncommitted changes are refused unless
     ``allow_dirty``: the head would be a tree no commit names."""
-    from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, with_listed_kernels
-
-    gating = tuple(parse_thresholds(fail)) if fail else ()
-    thresholds = with_listed_kernels(gating or parse_thresholds(DEFAULT_THRESHOLDS))
+    looks = Looks.of(pairs, max_pairs, fail, seed, run_timeout)
     cwd = Path.cwd() if cwd is None else cwd
-    max_pairs = max(max_pairs or 2 * pairs, pairs)
     dirty = changed_files(repository(cwd))
     if dirty and not allow_dirty:
         raise AbError(
@@ -213,15 +210,54 @@ def ab(
         )
     if dirty:
         say(f"gpuprof ab: --allow-dirty: head is the working tree, with uncommitted changes: {listed(dirty)}")
-    if max_pairs < 2:
+    if looks.max_pairs < 2:
         say(f"gpuprof ab: {ONE_PAIR}: this run can find no regression, every gated test ends undecided")
-    order = Order(seed)
-    runs = Runs(tuple(t.metric for t in thresholds))
     with worktree(ref, cwd, say) as (root, base, commit):
-        scratch = str(base.parent / "scratch")
-        os.mkdir(scratch)
         relative = cwd.resolve().relative_to(root.resolve())
-        trees: dict[Side, Path] = {"base": base, "current": root}
+        final, runs = in_pairs(
+            {"base": base, "current": root}, relative, pytest_args, looks, say, base.parent / "scratch"
+        )
+    total = max((len(p) for p in runs.pairs.values()), default=0)
+    return Outcome(ref, commit, total, final, looks.gating, runs.outcomes, dirty)
+
+
+@dataclass(frozen=True, slots=True)
+class Looks:
+    """How a run of pairs looks at its effects: the pairs, the most for an unsure test, the
+    gates (``thresholds``: those listed, ``gating``: those that fail), which side starts
+    each pair, and a pytest run's time limit."""
+
+    pairs: int
+    max_pairs: int
+    thresholds: tuple[Threshold, ...]
+    gating: tuple[Threshold, ...]
+    seed: int | None = None
+    run_timeout: float = RUN_TIMEOUT_S
+
+    @classmethod
+    def of(cls, pairs: int, max_pairs: int | None, fail: str | None, seed: int | None, run_timeout: float) -> Looks:
+        from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, with_listed_kernels
+
+        gating = tuple(parse_thresholds(fail)) if fail else ()
+        thresholds = tuple(with_listed_kernels(gating or parse_thresholds(DEFAULT_THRESHOLDS)))
+        return cls(pairs, max(max_pairs or 2 * pairs, pairs), thresholds, gating, seed, run_timeout)
+
+
+def in_pairs(
+    trees: dict[Side, Path],
+    relative: Path,
+    pytest_args: Sequence[str],
+    looks: Looks,
+    say: Callable[[str], None],
+    scratch: Path,
+) -> tuple[list[Effect], Runs]:
+    """``pytest_args`` run in pairs of the two ``trees`` (``relative``: the folder inside
+    each to run in), each order once in every two pairs, then looked at (``in_looks``);
+    each run's report in ``scratch``, a folder of a worktree's (``worktree``), removed."""
+    order = Order(looks.seed)
+    runs = Runs(tuple(t.metric for t in looks.thresholds))
+    scratch.mkdir()
+    try:
         made = 0
 
         def pair(alone: str | None) -> None:
@@ -236,15 +272,16 @@ def ab(
                 say(f"gpuprof ab: pair {made}, {side} ({trees[side]})")
                 try:
                     reports[side] = run_pytest(
-                        trees[side], relative, args, Path(scratch, f"{made}-{side}.json"), timeout=run_timeout
+                        trees[side], relative, args, Path(scratch, f"{made}-{side}.json"), timeout=looks.run_timeout
                     )
                 except AbError as e:
                     raise AbError(f"pair {made}, {SIDES[side]}: {e}") from None
             runs.add(reports["base"], reports["current"])
 
-        final = in_looks(runs, pair, pairs, max_pairs, thresholds, gating)
-    total = max((len(p) for p in runs.pairs.values()), default=0)
-    return Outcome(ref, commit, total, final, gating, runs.outcomes, dirty)
+        final = in_looks(runs, pair, looks.pairs, looks.max_pairs, looks.thresholds, looks.gating)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final, runs
 
 
 def report(outcome: Outcome, path: Path | None) -> None:

@@ -8,12 +8,14 @@ gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
 gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
 gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] [--undecided warn|fail]
            [--run-timeout SECONDS] [--allow-dirty] -- [PYTEST ARGS]
+gpuprof bisect GOOD BAD [--pairs N] [--max-pairs M] [--fail EXPR,...] [--seed S] [--run-timeout SECONDS]
+               -- [PYTEST ARGS]                                    exit 1 naming the first regressed commit
 
 A REPORT is a file or a store's URL (s3://bucket/prefix/MACHINE/...json); BASE may also be
 a baseline name of the store (NAME, NAME~K, latest).
 
-Exit codes: 0 done, 1 a clear regression (compare, ab), 2 a report, argument or run that
-cannot be used (the message names it).
+Exit codes: 0 done, 1 a clear regression (compare, ab; bisect: its commit named), 2 a report,
+argument or run that cannot be used, or a bisection left undecided (the message names it).
 """
 
 from __future__ import annotations
@@ -241,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export, _add_ab):
+    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export, _add_ab, _add_bisect):
         add(commands)
     return parser
 
@@ -394,6 +396,43 @@ def _add_ab(commands: Commands) -> None:
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then pytest's arguments")
 
 
+def _add_bisect(commands: Commands) -> None:
+    p = commands.add_parser(
+        "bisect",
+        help="the first commit between GOOD and BAD where the tests regressed; exit 1 naming it",
+        description="binary search over the commits between GOOD and BAD, each step a gpuprof ab of GOOD against "
+        "one commit in temporary worktrees (regressed / same / undecided, more pairs where unsure); prints the "
+        "first regressed commit and the steps; exit 1 naming it, 0 where BAD does not regress, 2 on an error "
+        "or a step left undecided",
+    )
+    p.usage = "gpuprof bisect GOOD BAD [options] -- [PYTEST ARGS]"
+    p.add_argument("good", metavar="GOOD", help="a revision whose tests pass at their level (a tag, a sha)")
+    p.add_argument("bad", metavar="BAD", help="a later revision that regressed (HEAD, a sha)")
+    p.add_argument(
+        "--pairs", type=_pairs, default=5, metavar="N", help=f"pairs of runs a step (default 5, at most {MOST_PAIRS})"
+    )
+    p.add_argument(
+        "--max-pairs", type=_pairs, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
+    )
+    p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what regresses: as --gpu-compare-fail")
+    p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair")
+    p.add_argument("--run-timeout", type=float, default=1800.0, metavar="SECONDS", help="as gpuprof ab's")
+    # pytest's arguments follow a -- (``_main`` cuts them off): after GOOD and BAD a
+    # remainder would swallow the options too
+    p.set_defaults(pytest_args=[])
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from pytest_gpuprof.ab import Looks
+    from pytest_gpuprof.bisection import bisect
+
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    looks = Looks.of(args.pairs, args.max_pairs, args.fail, args.seed, args.run_timeout)
+    found = bisect(args.good, args.bad, pytest_args, looks, say=lambda line: print(line, file=sys.stderr))
+    print("\n".join(found.lines()))
+    return found.exit_code()
+
+
 def _undecided(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--undecided",
@@ -474,6 +513,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "ab":
         _stop_on_signals()
         return _ab(args)
+    if args.command == "bisect":
+        _stop_on_signals()
+        return _bisect(args)
     if args.command == "compare":
         new = load(args.new)
         gate = _gate(args, new)
@@ -492,7 +534,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    rest = None
+    if given[:1] in (["ab"], ["bisect"]) and "--" in given:  # pytest's own, after the first --
+        cut = given.index("--")
+        given, rest = given[:cut], given[cut + 1 :]
+    args = _parser().parse_args(given)
+    if rest is not None:
+        args.pytest_args = rest
     if getattr(args, "storage", "") is None:
         from pytest_gpuprof.baselines.place import default_storage
 
@@ -525,6 +574,7 @@ def _main(argv: Sequence[str] | None) -> int:
             "prune": lambda: [args.storage],
             "export": lambda: [args.report],
             "ab": lambda: [args.base],
+            "bisect": lambda: [args.good, args.bad],
         }[args.command]()
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)

@@ -50,3 +50,28 @@ DATA_BLOCK = re.compile(r'<script type="application/json" id="data">(.*?)</scrip
 def page_data_of(page):
     """The data an HTML report carries (its ``data`` block), from the page's text."""
     return json.loads(DATA_BLOCK.search(page)[1])
+
+
+# a suite for gpuprof ab and bisect on the host backend's virtual clock: each run's level moves
+# by up to GPUPROF_NOISE (1%; seeded from a counter the runs share) and the job's by
+# GPUPROF_OFFSET, as a slow runner would; SLOWER is the commit's own change
+AB_SUITE = """
+import os, random
+from pathlib import Path
+
+SLOWER = {slower}
+
+def _level():
+    counter = Path(os.environ["GPUPROF_COUNTER"])
+    n = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(n + 1))
+    noise = float(os.environ.get("GPUPROF_NOISE", "0.01"))
+    return float(os.environ.get("GPUPROF_OFFSET", "1")) * (1 + random.Random(n).uniform(-noise, noise))
+
+def test_kernels(gpuprof, gpu_workload):
+    level = _level()
+    gpuprof.measure(lambda: gpu_workload.compute(ms=4 * level * SLOWER), rounds=5, warmup=0)
+
+def test_steady(gpuprof, gpu_workload):
+    gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=5, warmup=0)
+"""

@@ -169,6 +169,6 @@ def test_the_private_name_check_sees_one(tmp_path: Path) -> None:
 def test_the_top_level_holds_the_public_entry_points_only() -> None:
     """The pytest layer lives in ``harness/``; at the top: the package's names, the pytest
     plugin's entry point, the command, the A/B runner it starts (worktrees and pytest
-    processes), and the hypothesis strategies."""
+    processes) and the bisection over commits it runs, and the hypothesis strategies."""
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", "__main__", "plugin", "cli", "ab", "strategies"}
+    assert top == {"__init__", "__main__", "plugin", "cli", "ab", "bisection", "strategies"}

@@ -8,29 +8,9 @@ import re
 import subprocess
 
 import pytest
+from plugin_runs import AB_SUITE as SUITE
 
 from pytest_gpuprof import cli
-
-SUITE = """
-import os, random
-from pathlib import Path
-
-SLOWER = {slower}
-
-def _level():
-    counter = Path(os.environ["GPUPROF_COUNTER"])
-    n = int(counter.read_text()) if counter.exists() else 0
-    counter.write_text(str(n + 1))
-    noise = float(os.environ.get("GPUPROF_NOISE", "0.01"))
-    return float(os.environ.get("GPUPROF_OFFSET", "1")) * (1 + random.Random(n).uniform(-noise, noise))
-
-def test_kernels(gpuprof, gpu_workload):
-    level = _level()
-    gpuprof.measure(lambda: gpu_workload.compute(ms=4 * level * SLOWER), rounds=5, warmup=0)
-
-def test_steady(gpuprof, gpu_workload):
-    gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=5, warmup=0)
-"""
 
 
 def _git(path, *args):

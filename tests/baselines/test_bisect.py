@@ -1,0 +1,89 @@
+"""``gpuprof bisect`` in a git repository of 16 commits on the host backend's virtual clock:
+the first regressed commit in at most 5 steps, a range with no regression said as such, a
+GOOD whose tests fail said before any search; the repository left as it was."""
+
+import subprocess
+
+import pytest
+from plugin_runs import AB_SUITE
+
+from pytest_gpuprof import cli
+
+GATE = "kernel_ms:+2%"
+
+
+def _git(path, *args):
+    return subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch):
+    """16 commits: each changes a note; the 11th makes ``test_kernels`` 5% slower, for good."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "config", "user.email", "bisect@example.com")
+    _git(root, "config", "user.name", "bisect")
+    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
+    for n in range(1, 17):
+        (root / "test_perf.py").write_text(AB_SUITE.format(slower=1.05 if n >= 11 else 1.0))
+        (root / "notes.txt").write_text(f"commit {n}\n")
+        _git(root, "add", ".")
+        _git(root, "commit", "-q", "-m", f"commit {n}")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUPROF_COUNTER", str(tmp_path / "counter"))
+    monkeypatch.setenv("GPUPROF_NOISE", "0.002")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--gpu-host-clock=virtual -p no:cacheprovider -p no:randomly")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    commits = _git(root, "rev-list", "--reverse", "HEAD").split()
+    return root, commits
+
+
+def _state(root):
+    return _git(root, "status", "--porcelain"), _git(root, "worktree", "list").count("\n")
+
+
+def test_a_five_percent_slowdown_at_the_eleventh_of_sixteen_commits_is_found_in_five_steps(history, capsys):
+    root, commits = history
+    before = _state(root)
+    rc = cli.main(["bisect", commits[0], commits[-1], "--pairs", "3", "--fail", GATE, "--seed", "1", "--"])
+    out, err = capsys.readouterr()
+    assert rc == 1, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("gpuprof bisect: 5 steps between"), out
+    assert f"the first regressed commit is {commits[10][:12]}" in out
+    assert f"its parent {commits[9][:12]} reads the same as GOOD" in out
+    assert f"{commits[10]} commit 11 (bisect, " in out  # hash, subject, author, date
+    assert "test_perf.py::test_kernels: kernel_ms +5." in out and "regression" in out
+    assert _state(root) == before
+
+
+def test_a_range_with_no_regression_says_so_in_one_step(history, capsys):
+    root, commits = history
+    rc = cli.main(["bisect", commits[0], commits[9], "--pairs", "3", "--fail", GATE, "--seed", "1", "--"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.splitlines()[0].startswith("gpuprof bisect: 1 steps between")
+    assert f"gpuprof bisect: no regression between {commits[0]} and {commits[9]}" in out
+
+
+def test_a_good_whose_tests_fail_is_said_before_any_search(history, capsys):
+    root, commits = history
+    (root / "test_broken.py").write_text("def test_broken():\n    assert False\n")
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "broken")
+    good = _git(root, "rev-parse", "HEAD").strip()
+    (root / "notes.txt").write_text("later\n")
+    _git(root, "commit", "-qam", "later")
+    rc = cli.main(["bisect", good, "HEAD", "--pairs", "2", "--fail", GATE, "--"])
+    out = capsys.readouterr().out
+    assert rc == 2, out
+    assert "gpuprof bisect: GOOD " in out and "test_broken.py::test_broken failed in its runs" in out
+
+
+def test_a_bad_that_is_not_after_good_is_one_line(history, capsys):
+    _, commits = history
+    rc = cli.main(["bisect", commits[5], commits[2], "--"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip().endswith(f"does not come after {commits[5]} ({commits[5][:12]})")
