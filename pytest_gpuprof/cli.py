@@ -370,22 +370,8 @@ def _add_ab(commands: Commands) -> None:
     p.add_argument(
         "--base", required=True, metavar="REF", help="the git revision to compare with (main, HEAD~1, a sha)"
     )
-    p.add_argument(
-        "--pairs", type=_pairs, default=5, metavar="N", help=f"pairs of runs (default 5, at most {MOST_PAIRS})"
-    )
-    p.add_argument(
-        "--max-pairs", type=_pairs, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
-    )
-    p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what fails: as --gpu-compare-fail")
+    _pairing(p)
     p.add_argument("--report", type=Path, default=None, metavar="FILE", help="the effects as JSON")
-    p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair (reproducible runs)")
-    p.add_argument(
-        "--run-timeout",
-        type=float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="end a pytest run of a pair that takes longer, with one line naming the pair (default 1800)",
-    )
     p.add_argument(
         "--allow-dirty",
         action="store_true",
@@ -408,15 +394,7 @@ def _add_bisect(commands: Commands) -> None:
     p.usage = "gpuprof bisect GOOD BAD [options] -- [PYTEST ARGS]"
     p.add_argument("good", metavar="GOOD", help="a revision whose tests pass at their level (a tag, a sha)")
     p.add_argument("bad", metavar="BAD", help="a later revision that regressed (HEAD, a sha)")
-    p.add_argument(
-        "--pairs", type=_pairs, default=5, metavar="N", help=f"pairs of runs a step (default 5, at most {MOST_PAIRS})"
-    )
-    p.add_argument(
-        "--max-pairs", type=_pairs, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
-    )
-    p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what regresses: as --gpu-compare-fail")
-    p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair")
-    p.add_argument("--run-timeout", type=float, default=1800.0, metavar="SECONDS", help="as gpuprof ab's")
+    _pairing(p)
     # pytest's arguments follow a -- (``_main`` cuts them off): after GOOD and BAD a
     # remainder would swallow the options too
     p.set_defaults(pytest_args=[])
@@ -431,6 +409,25 @@ def _bisect(args: argparse.Namespace) -> int:
     found = bisect(args.good, args.bad, pytest_args, looks, say=lambda line: print(line, file=sys.stderr))
     print("\n".join(found.lines()))
     return found.exit_code()
+
+
+def _pairing(p: argparse.ArgumentParser) -> None:
+    """How ``ab`` and each step of ``bisect`` run their pairs and what fails them."""
+    p.add_argument(
+        "--pairs", type=_pairs, default=5, metavar="N", help=f"pairs of runs (default 5, at most {MOST_PAIRS})"
+    )
+    p.add_argument(
+        "--max-pairs", type=_pairs, default=None, metavar="M", help="pairs an unsure test may get (default 2N)"
+    )
+    p.add_argument("--fail", default=None, metavar="EXPR[,EXPR...]", help="what fails: as --gpu-compare-fail")
+    p.add_argument("--seed", type=int, default=None, help="the seed of which side starts each pair (reproducible runs)")
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="end a pytest run of a pair that takes longer, with one line naming the pair (default 1800)",
+    )
 
 
 def _undecided(p: argparse.ArgumentParser) -> None:

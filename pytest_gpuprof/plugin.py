@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.harness import touch
+from pytest_gpuprof.harness import touch, xdist
 from pytest_gpuprof.harness.options import TABLE
 from pytest_gpuprof.harness.touch import FIXTURES, PROFILER
 
@@ -136,7 +136,7 @@ def _spread(config: pytest.Config, settings: Settings) -> tuple[Settings, Placem
     only in a run that configures the plugin (a run that merely has it installed keeps every
     GPU in every worker), and not where the device is pinned (``--gpu-device``) or the
     backend is the host's."""
-    worker = getattr(config, "workerinput", {}).get("workerid")
+    worker = xdist.of(config).worker
     if worker is None or not settings.configured or settings.backend == "host" or settings.device != 0:
         return settings, None
     from pytest_gpuprof.capture import placement

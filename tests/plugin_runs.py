@@ -75,3 +75,23 @@ def test_kernels(gpuprof, gpu_workload):
 def test_steady(gpuprof, gpu_workload):
     gpuprof.measure(lambda: gpu_workload.compute(ms=2), rounds=5, warmup=0)
 """
+
+
+def git(path, *args):
+    """``git ARGS`` in ``path``, its output."""
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True).stdout
+
+
+def new_repository(root, test_perf):
+    """A git repository at ``root`` (made) whose first commit holds ``test_perf.py``."""
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "ab@example.com")
+    git(root, "config", "user.name", "ab")
+    (root / "test_perf.py").write_text(test_perf)
+    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "base")
+    return root

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pytest_gpuprof.analysis.model import GIB
 from pytest_gpuprof.analysis.sources import CUPTI
+from pytest_gpuprof.harness import xdist
 from pytest_gpuprof.harness.touch import NOT_STARTED
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ def header(runtime: DeviceRuntime) -> list[str]:
     s = runtime.settings
     lines = [f"gpuprof: backend {runtime.kind.name} ({runtime.backend_reason})"]
     if runtime.placed is not None:
-        lines.append(runtime.placed.describe(getattr(runtime.config, "workerinput", {}).get("workerid", "?")))
+        lines.append(runtime.placed.describe(xdist.of(runtime.config).worker or "?"))
     if runtime.kind.gpu and not runtime.runs_tests:
         why = "--collect-only" if runtime.config.option.collectonly else "each pytest-xdist worker starts its own"
         lines.append(f"gpuprof: device not started here ({why})")

@@ -9,7 +9,6 @@ creates it, calling ``on_start`` first.
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
 import sys
 from functools import cached_property
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuprof.harness import xdist
 from pytest_gpuprof.harness.config import Settings
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class DeviceRuntime:
 
     @property
     def is_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
+        return xdist.of(self.config).worker is not None
 
     @property
     def runs_tests(self) -> bool:
@@ -152,7 +152,7 @@ class DeviceRuntime:
             from pytest_gpuprof.capture.exclusive import DeviceLock
 
             # xdist's workers of one run share its id: they queue for the device, never time out on each other
-            run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+            run = xdist.of(self.config).run
             self._lock = DeviceLock(self._device_key(), timeout_s=self.settings.lock_timeout_s, say=self._say, run=run)
         return self._lock
 
@@ -214,7 +214,7 @@ class DeviceRuntime:
     def _shared_rates(self) -> tuple[Path, str] | None:
         """Where the workers of one xdist run keep the device's calibrated rates: beside the
         device's lock, under which each calibration runs alone; ``None`` outside such a run."""
-        run = getattr(self.config, "workerinput", {}).get("testrunuid")
+        run = xdist.of(self.config).worker and xdist.of(self.config).run
         lock = self.lock()
         if not run or lock is None:
             return None
@@ -302,13 +302,10 @@ def pick_device(settings: Settings, config: pytest.Config, cuda_devices: int | N
     the count); host 'devices' are logical slots, one per worker."""
     if settings.devices is None:
         return settings.device
-    worker = getattr(config, "workerinput", {}).get("workerid")
-    index = int(worker[2:]) if worker else 0
+    facts = xdist.of(config)
+    index = facts.number
     if settings.devices == "all":
-        if cuda_devices is not None:
-            count = cuda_devices
-        else:
-            count = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        count = cuda_devices if cuda_devices is not None else facts.workers
         devices: tuple[int, ...] = tuple(range(max(count, 1)))
     else:
         assert not isinstance(settings.devices, str)

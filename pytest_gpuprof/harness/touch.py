@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_gpuprof.harness import xdist
 from pytest_gpuprof.harness.options import TABLE
 
 if TYPE_CHECKING:
@@ -71,8 +72,7 @@ def asked(config: pytest.Config) -> bool:
     And an xdist controller: it collects no test, yet gathers what its workers measured."""
     if any(config.getoption(o.flag) not in (None, False) for o in TABLE):
         return True
-    distributed = config.getoption("numprocesses", None) or config.getoption("dist", "no") not in ("no", None)
-    if distributed and getattr(config, "workerinput", None) is None:
+    if xdist.controls(config):
         return True
     if config.getoption("hypothesis_profile", None) == "gpuprof":
         return True

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from plugin_runs import AB_SUITE as SUITE
+from plugin_runs import new_repository
 
 from pytest_gpuprof import cli
 
@@ -19,15 +20,7 @@ def _git(path, *args):
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.email", "ab@example.com")
-    _git(root, "config", "user.name", "ab")
-    (root / "test_perf.py").write_text(SUITE.format(slower=1.0))
-    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
-    _git(root, "add", ".")
-    _git(root, "commit", "-q", "-m", "base")
+    root = new_repository(tmp_path / "repo", SUITE.format(slower=1.0))
     monkeypatch.chdir(root)
     monkeypatch.setenv("GPUPROF_COUNTER", str(tmp_path / "counter"))
     monkeypatch.setenv("PYTEST_ADDOPTS", "--gpu-host-clock=virtual -p no:cacheprovider -p no:randomly")

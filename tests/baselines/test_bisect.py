@@ -2,30 +2,20 @@
 the first regressed commit in at most 5 steps, a range with no regression said as such, a
 GOOD whose tests fail said before any search; the repository left as it was."""
 
-import subprocess
-
 import pytest
-from plugin_runs import AB_SUITE
+from plugin_runs import AB_SUITE, new_repository
+from plugin_runs import git as _git
 
 from pytest_gpuprof import cli
 
 GATE = "kernel_ms:+2%"
 
 
-def _git(path, *args):
-    return subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def history(tmp_path, monkeypatch):
     """16 commits: each changes a note; the 11th makes ``test_kernels`` 5% slower, for good."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.email", "bisect@example.com")
-    _git(root, "config", "user.name", "bisect")
-    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
-    for n in range(1, 17):
+    root = new_repository(tmp_path / "repo", AB_SUITE.format(slower=1.0))
+    for n in range(2, 17):
         (root / "test_perf.py").write_text(AB_SUITE.format(slower=1.05 if n >= 11 else 1.0))
         (root / "notes.txt").write_text(f"commit {n}\n")
         _git(root, "add", ".")
@@ -53,13 +43,13 @@ def test_a_five_percent_slowdown_at_the_eleventh_of_sixteen_commits_is_found_in_
     assert lines[0].startswith("gpuprof bisect: 5 steps between"), out
     assert f"the first regressed commit is {commits[10][:12]}" in out
     assert f"its parent {commits[9][:12]} reads the same as GOOD" in out
-    assert f"{commits[10]} commit 11 (bisect, " in out  # hash, subject, author, date
+    assert f"{commits[10]} commit 11 (ab, " in out  # hash, subject, author, date
     assert "test_perf.py::test_kernels: kernel_ms +5." in out and "regression" in out
     assert _state(root) == before
 
 
 def test_a_range_with_no_regression_says_so_in_one_step(history, capsys):
-    root, commits = history
+    _root, commits = history
     rc = cli.main(["bisect", commits[0], commits[9], "--pairs", "3", "--fail", GATE, "--seed", "1", "--"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -68,7 +58,7 @@ def test_a_range_with_no_regression_says_so_in_one_step(history, capsys):
 
 
 def test_a_good_whose_tests_fail_is_said_before_any_search(history, capsys):
-    root, commits = history
+    root, _commits = history
     (root / "test_broken.py").write_text("def test_broken():\n    assert False\n")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "broken")
