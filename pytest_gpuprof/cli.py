@@ -8,6 +8,7 @@ gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
 gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
 gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] [--undecided warn|fail]
            [--run-timeout SECONDS] [--allow-dirty] -- [PYTEST ARGS]
+gpuprof explain BASE HEAD [--test PATTERN] [--json FILE]           why each test's wall time changed
 gpuprof bisect GOOD BAD [--pairs N] [--max-pairs M] [--fail EXPR,...] [--seed S] [--run-timeout SECONDS]
                -- [PYTEST ARGS]                                    exit 1 naming the first regressed commit
 
@@ -243,7 +244,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuprof (pytest-gpuprof) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_show, _add_compare, _add_merge, _add_history, _add_prune, _add_export, _add_ab, _add_bisect):
+    for add in (
+        _add_show,
+        _add_compare,
+        _add_merge,
+        _add_history,
+        _add_prune,
+        _add_export,
+        _add_ab,
+        _add_bisect,
+        _add_explain,
+    ):
         add(commands)
     return parser
 
@@ -430,6 +441,44 @@ def _pairing(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_explain(commands: Commands) -> None:
+    p = commands.add_parser(
+        "explain",
+        help="why each test's wall time changed between two reports, cause by cause",
+        description="split each test's change of wall time between BASE and HEAD (report files or URLs) into "
+        "its causes: each kernel's time (appeared, vanished, slower, faster, launches, grid) and each step's "
+        "kernel-idle (with its copies: bytes, rate, pinned or pageable), each with its size and share of the "
+        "change; what they do not sum to is shown as unexplained",
+    )
+    p.add_argument("base", type=Path, metavar="BASE", help="the report before")
+    p.add_argument("head", type=Path, metavar="HEAD", help="the report after")
+    p.add_argument("--test", default="*", metavar="PATTERN", help="test ids to explain (fnmatch), default all")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="every cause of every test as JSON")
+    p.add_argument("--top", type=_positive, default=5, metavar="N", help="causes shown a test (default 5)")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import fnmatch
+    import json
+
+    from pytest_gpuprof.output.files import write_atomic
+    from pytest_gpuprof.verdict.explain import explain
+
+    base = {t["nodeid"]: t for t in load(args.base, strict=True)["tests"] if "crashed" not in t}
+    head = [t for t in load(args.head, strict=True)["tests"] if "crashed" not in t]
+    found = [explain(base[t["nodeid"]], t) for t in head if t["nodeid"] in base]
+    found = [e for e in found if fnmatch.fnmatchcase(e.nodeid, args.test)]
+    for e in sorted(found, key=lambda e: -abs(e.change_ms)):
+        print("\n".join(e.lines(args.top)))
+    missing = sorted({t["nodeid"] for t in head} ^ set(base))
+    if missing:
+        print(f"gpuprof explain: {len(missing)} test(s) in one report only: {', '.join(missing[:5])}")
+    if args.json is not None:
+        _output(args.json)
+        write_atomic(args.json, json.dumps([e.to_dict() for e in found], indent=2) + "\n")
+    return 0
+
+
 def _undecided(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--undecided",
@@ -510,6 +559,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "ab":
         _stop_on_signals()
         return _ab(args)
+    if args.command == "explain":
+        return _explain(args)
     if args.command == "bisect":
         _stop_on_signals()
         return _bisect(args)
@@ -572,6 +623,7 @@ def _main(argv: Sequence[str] | None) -> int:
             "export": lambda: [args.report],
             "ab": lambda: [args.base],
             "bisect": lambda: [args.good, args.bad],
+            "explain": lambda: [args.base, args.head],
         }[args.command]()
         where = ", ".join(map(str, read))
         print(f"gpuprof {args.command}: {where}: a field of the wrong shape ({type(e).__name__}: {e})", file=sys.stderr)
