@@ -113,12 +113,12 @@ def bisect(
     relative = cwd.resolve().relative_to(root.resolve())
     steps: list[Step] = []
 
-    def step(commit: str) -> Step:
+    def step(commit: str, base: Path) -> Step:
         subject = git(["log", "-1", "--format=%s", commit], root).strip()
         say(f"gpuprof bisect: step {len(steps) + 1}: {commit[:12]} {subject[:60]} against {good_commit[:12]}")
-        with worktree(good_commit, cwd, say) as (_, base, _), worktree(commit, cwd, say) as (_, head, _):
+        with worktree(commit, cwd, say) as (_, head, _):
             trees: dict[Side, Path] = {"base": base, "current": head}
-            final, runs = in_pairs(trees, relative, pytest_args, looks, say, base.parent / "scratch")
+            final, runs = in_pairs(trees, relative, pytest_args, looks, say, head.parent / "scratch")
         total = max((len(p) for p in runs.pairs.values()), default=0)
         outcome = Outcome(good, good_commit, total, final, looks.gating, runs.outcomes)
         done = Step(commit, subject, _verdict(outcome), outcome)
@@ -126,12 +126,22 @@ def bisect(
         say(f"gpuprof bisect: step {len(steps)}: {done.line()}")
         return done
 
-    def ended(culprit: str | None, said: str, described: str = "") -> Bisection:
-        return Bisection(good_commit, bad_commit, culprit, described, tuple(steps), said)
+    with worktree(good_commit, cwd, say) as (_, base, _):  # GOOD's tree, checked out once for every step
+        culprit, said = _search(lambda commit: step(commit, base), between, good, bad, good_commit)
+    described = ""
+    if culprit is not None:
+        described = git(["log", "-1", "--format=%H %s (%an, %ad)", "--date=iso", culprit], root).strip()
+    return Bisection(good_commit, bad_commit, culprit, described, tuple(steps), said)
 
-    refused = _before(step(bad_commit), good, bad)
+
+def _search(
+    step: Callable[[str], Step], between: Sequence[str], good: str, bad: str, good_commit: str
+) -> tuple[str | None, str]:
+    """BAD (the last of ``between``) against GOOD, then the binary search: the first
+    regressed commit (``None``: none found) and what the search says."""
+    refused = _before(step(between[-1]), good, bad)
     if refused is not None:
-        return ended(None, refused)
+        return None, refused
     low, high = -1, len(between) - 1  # between[high] regressed; between[low] (or GOOD) did not
     while high - low > 1:
         middle = (low + high) // 2
@@ -142,11 +152,7 @@ def bisect(
             low = middle
         else:
             apart = ", ".join(c[:12] for c in between[low + 1 : high + 1])
-            return ended(
-                None, f"gpuprof bisect: undecided at {found.commit[:12]}: the first regression is one of {apart}"
-            )
-    culprit = between[high]
-    described = git(["log", "-1", "--format=%H %s (%an, %ad)", "--date=iso", culprit], root).strip()
+            return None, f"gpuprof bisect: undecided at {found.commit[:12]}: the first regression is one of {apart}"
     parent = f"its parent {between[high - 1][:12]}" if high > 0 else f"its parent, GOOD {good_commit[:12]}"
-    said = f"gpuprof bisect: the first regressed commit is {culprit[:12]}; {parent} reads the same as GOOD"
-    return ended(culprit, said, described)
+    culprit = between[high]
+    return culprit, f"gpuprof bisect: the first regressed commit is {culprit[:12]}; {parent} reads the same as GOOD"

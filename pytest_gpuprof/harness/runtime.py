@@ -214,7 +214,8 @@ class DeviceRuntime:
     def _shared_rates(self) -> tuple[Path, str] | None:
         """Where the workers of one xdist run keep the device's calibrated rates: beside the
         device's lock, under which each calibration runs alone; ``None`` outside such a run."""
-        run = xdist.of(self.config).worker and xdist.of(self.config).run
+        facts = xdist.of(self.config)
+        run = facts.run if facts.worker else None
         lock = self.lock()
         if not run or lock is None:
             return None

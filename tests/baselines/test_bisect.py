@@ -2,6 +2,8 @@
 the first regressed commit in at most 5 steps, a range with no regression said as such, a
 GOOD whose tests fail said before any search; the repository left as it was."""
 
+import subprocess
+
 import pytest
 from plugin_runs import AB_SUITE, new_repository
 from plugin_runs import git as _git
@@ -77,3 +79,34 @@ def test_a_bad_that_is_not_after_good_is_one_line(history, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.strip().endswith(f"does not come after {commits[5]} ({commits[5][:12]})")
+
+
+def test_ctrl_c_mid_search_is_one_line_exit_130_and_leaves_the_repository_as_it_was(history, tmp_path):
+    """SIGINT while a step's pairs run (both worktrees out): one line, exit 130, ``git status``
+    and ``git worktree list`` as before, nothing left in the temporary folder."""
+    import os
+    import signal
+    import sys
+
+    root, commits = history
+    before = _state(root)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "pytest_gpuprof", "bisect", commits[0], commits[-1], "--pairs", "3"]
+    command += ["--fail", GATE, "--"]
+    process = subprocess.Popen(command, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # the second step's pairs have begun
+        seen.append(line)
+        if "gpuprof ab: pair 1" in line and any("gpuprof bisect: step 2:" in s for s in seen):
+            break
+    assert process.poll() is None, "".join(seen)
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=60)[1]
+    assert process.returncode == 130, rest
+    assert rest.strip().splitlines()[-1] == "gpuprof bisect: interrupted; what it had made is removed"
+    assert _state(root) == before
+    assert not list(temp.iterdir())
