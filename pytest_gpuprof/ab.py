@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuprof.baselines.records import clean, load
+from pytest_gpuprof.output import git as output_git
 from pytest_gpuprof.output.files import write_atomic
 from pytest_gpuprof.verdict.paired import ONE_PAIR, Effect, Order, Runs, Side, in_looks
 from pytest_gpuprof.verdict.pull_request import SIDES, Outcome, listed
@@ -43,13 +44,11 @@ class AbError(Exception):
 
 
 def git(args: Sequence[str], cwd: Path) -> str:
+    """``output.git.git``, its failure an ``AbError``."""
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise AbError(f"git {' '.join(args)}: {e}") from None
-    if done.returncode != 0:
-        raise AbError(f"git {' '.join(args)}: {clean(done.stderr.strip() or done.stdout.strip())[:300]}")
-    return done.stdout.strip()
+        return output_git.git(args, cwd)
+    except output_git.GitError as e:
+        raise AbError(str(e)) from None
 
 
 def repository(cwd: Path) -> Path:
@@ -112,11 +111,11 @@ def clear_leftovers(root: Path) -> list[str]:
                 continue
         except OSError:  # no owner written: not ours to judge
             continue
-        subprocess.run(["git", "worktree", "remove", "--force", str(folder / "base")], cwd=root, capture_output=True)
+        output_git.tried(["worktree", "remove", "--force", str(folder / "base")], root)
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(str(folder))
     if removed:
-        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True, check=False)
+        output_git.tried(["worktree", "prune"], root)
     return removed
 
 
@@ -137,8 +136,8 @@ def worktree(ref: str, cwd: Path, say: Callable[[str], None] = lambda line: None
         _submodules(base, ref)
         yield root, base, commit
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=root, capture_output=True, check=False)
-        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True, check=False)
+        output_git.tried(["worktree", "remove", "--force", str(base)], root)
+        output_git.tried(["worktree", "prune"], root)
         shutil.rmtree(folder, ignore_errors=True)
 
 

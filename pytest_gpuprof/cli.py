@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pytest_gpuprof.ab import AbError
 from pytest_gpuprof.analysis import descriptors
@@ -34,11 +34,14 @@ from pytest_gpuprof.baselines.gate import Gate
 from pytest_gpuprof.baselines.history import DEFAULT_METRICS
 from pytest_gpuprof.baselines.records import BaselineError, load, merge, shown
 from pytest_gpuprof.baselines.store import Store
-from pytest_gpuprof.harness.options import BY_FLAG
 from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.text import host_in, pct
+from pytest_gpuprof.settings.options import BY_FLAG
 from pytest_gpuprof.verdict.decision import lines as decided_lines
 from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.output.report import Machine
 
 
 def _shape(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None, str | None] | None:
@@ -142,7 +145,7 @@ def compare(
 
 def _output(path: Path) -> None:
     """Where ``merge -o`` writes: a file in a folder that exists, of a name a file system holds."""
-    from pytest_gpuprof.harness.checks import name_problem, shown_path
+    from pytest_gpuprof.settings.checks import name_problem, shown_path
 
     problem = name_problem(path)
     if problem is not None:
@@ -192,7 +195,7 @@ def _gate(args: argparse.Namespace, new: dict[str, Any]) -> Gate:
     if not (text.endswith(".json") or "/" in text or "://" in text) and Path(text).is_file():
         text = f".{os.sep}{text}"  # a report file in this folder, named without a folder
     gating = parse_thresholds(args.fail)
-    machine = dict(new["machine"], id=args.machine or new["machine"]["id"])
+    machine: Machine = {**new["machine"], "id": args.machine or new["machine"]["id"]}
     gate = Gate.open(text, machine, gating, storage=args.storage, any_machine=True)
     assert gate is not None  # only a saving run may find no baseline
     return gate

@@ -21,8 +21,8 @@ import pytest
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.harness import touch, xdist
-from pytest_gpuprof.harness.options import TABLE
 from pytest_gpuprof.harness.touch import FIXTURES, PROFILER
+from pytest_gpuprof.settings.options import TABLE
 
 __all__ = ["GpuBudgetWarning"]
 

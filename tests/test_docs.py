@@ -14,7 +14,7 @@ import pytest
 
 from pytest_gpuprof import cli
 from pytest_gpuprof.harness import config
-from pytest_gpuprof.harness.options import TABLE
+from pytest_gpuprof.settings.options import TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 # the user's pages; the log of what was measured is the record, not a page to copy from
@@ -95,7 +95,7 @@ def test_every_toml_snippet_loads_through_the_plugins_checks(name, body, tmp_pat
     if "[tool.gpuprof" in body:
         path = tmp_path / "pyproject.toml"
         path.write_text(body)
-        config.read_pyproject(path)  # raises ConfigError naming the key
+        config.read_pyproject(path, config.FILE_KEYS)  # raises ConfigError naming the key
 
 
 @pytest.mark.parametrize(("name", "body"), snippets("yaml"), ids=_ids(snippets("yaml")))

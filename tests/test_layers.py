@@ -25,8 +25,10 @@ ALLOWED = {
     "baselines": {"analysis", "verdict", "output"},
     # the measuring engine: a test's windows cut, judged and kept; no pytest
     "measure": {"analysis", "capture", "verdict", "output"},
+    # every setting once, its conversions and checks; no pytest
+    "settings": {"analysis", "verdict", "output", "baselines", "measure"},
     # the pytest layer: what runs around each test, over every layer below it
-    "harness": {"analysis", "capture", "verdict", "output", "baselines", "measure"},
+    "harness": {"analysis", "capture", "verdict", "output", "baselines", "measure", "settings"},
 }
 # the modules of ``output`` the engine may use: how a figure reads, and no more
 MEASURE_OUTPUT = {"pytest_gpuprof.output.text"}
@@ -107,12 +109,21 @@ def test_the_pure_layer_imports_no_pytest_and_no_device_library() -> None:
 def test_the_engine_imports_no_pytest_and_of_output_only_how_a_figure_reads() -> None:
     """``measure/`` runs outside pytest (``benchmarks/``): pytest is the layer above's."""
     paths = sorted((PACKAGE / "measure").rglob("*.py"))
-    assert len(paths) >= 8
+    assert len(paths) >= 9
     for path in paths:
         names = _outside_imports(path)
         assert not [n for n in names if n.split(".")[0] in ("pytest", "_pytest")], f"{path.name} imports {names}"
         output = {n for n in names if n.startswith("pytest_gpuprof.output")}
         assert output <= MEASURE_OUTPUT, f"{path.name} imports {sorted(output - MEASURE_OUTPUT)}"
+
+
+def test_the_settings_import_no_pytest() -> None:
+    """``settings/`` is read by the CLI as well as by the plugin: pytest is the layer above's."""
+    paths = sorted((PACKAGE / "settings").rglob("*.py"))
+    assert len(paths) >= 4
+    for path in paths:
+        names = _outside_imports(path)
+        assert not [n for n in names if n.split(".")[0] in ("pytest", "_pytest")], f"{path.name} imports {names}"
 
 
 def test_no_modules_import_each_other_in_a_circle() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS
 from pytest_gpuprof.baselines import records
@@ -24,6 +24,10 @@ from pytest_gpuprof.verdict.change import Change
 from pytest_gpuprof.verdict.compare import clock_note, compare_tests, gated_comparisons
 from pytest_gpuprof.verdict.comparison import Comparison
 from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_thresholds, with_listed_kernels
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.output.report import Machine
+    from pytest_gpuprof.verdict.record import Entry
 
 # what a comparison with a report's file says: one run holds no spread between runs
 FILE_NOTE = (
@@ -61,12 +65,12 @@ def wanted(compare: str) -> Wanted:
     return Wanted(compare, 1, None)
 
 
-def describe_machine(machine: dict[str, Any]) -> str:
+def describe_machine(machine: Mapping[str, Any]) -> str:
     shown = ", ".join(f"{k} {records.clean(str(machine[k]))}" for k in _MACHINE_FIELDS if machine.get(k))
     return f"{records.clean(str(machine.get('id')))} ({shown})"
 
 
-def machine_differences(theirs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+def machine_differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
     """What differs between two machine records, field by field (a missing field reads '?')."""
     return [
         f"{k} {records.clean(str(theirs.get(k, '?')))} -> {records.clean(str(ours.get(k, '?')))}"
@@ -128,7 +132,7 @@ class Gate:
     def open(
         cls,
         compare: str,
-        machine: dict[str, Any],
+        machine: Machine,
         gating: Sequence[Threshold],
         storage: str,
         any_machine: bool = False,
@@ -176,7 +180,7 @@ class Gate:
         gate.exact = theirs.get("clock") == "virtual" and machine.get("clock") == "virtual"
         return gate
 
-    def compare(self, nodeid: str, test: dict[str, Any], environment: dict[str, Any] | None = None) -> Comparison:
+    def compare(self, nodeid: str, test: Entry, environment: dict[str, Any] | None = None) -> Comparison:
         """``test`` (its report entry) against its baseline entry; ``environment``: what else
         changes kernels, as it is now (a change of it is named beside the verdict). A
         baseline entry that cannot be compared (a damaged field) leaves the test's outcome

@@ -9,13 +9,16 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_gpuprof.analysis import descriptors
 from pytest_gpuprof.analysis.names import clean
 from pytest_gpuprof.output.files import read_regular
 from pytest_gpuprof.output.schema import SCHEMA
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.record import Entry
 
 
 class BaselineError(ValueError):
@@ -131,7 +134,7 @@ def parse(text: str, path: str, strict: bool = False) -> dict[str, Any]:
     return data
 
 
-def entry_problem(test: dict[str, Any]) -> str | None:
+def entry_problem(test: Entry) -> str | None:
     """What makes a report's test entry unusable for a comparison: the field and why; or
     ``None``. The figures a comparison reads are numbers (or null where not measured):
     the window's and each step's metrics, and every round's samples."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.record import Entry
 
 __all__ = ["Held", "Records", "Reference", "Source", "pool", "test_of"]
 
@@ -102,7 +105,7 @@ class Reference:
         )
         return Source(where, clean(name), text("created"), text("commit"), text("branch"), pooled, environment)
 
-    def entry(self, nodeid: str) -> tuple[dict[str, Any], Source] | None:
+    def entry(self, nodeid: str) -> tuple[Entry, Source] | None:
         """The test's entry and which record it came from (how many runs it pools);
         ``None`` for a test no accepted baseline holds."""
         if self.store is None:
@@ -120,13 +123,13 @@ class Reference:
         source = self._source(self._record(first.key), self.store.where(first.key), first.name, len(entries))
         return (entries[0] if len(entries) == 1 else pool(entries)), source
 
-    def history(self, nodeid: str, runs: int) -> list[dict[str, Any]]:
+    def history(self, nodeid: str, runs: int) -> list[Entry]:
         """The test's entries in the newest ``runs`` accepted runs of the name of the record
         it is compared with (newest first): what the spread between runs is learnt from. A
         single report is one run."""
         return [entry for _, entry in self.history_of(nodeid, runs)]
 
-    def history_of(self, nodeid: str, runs: int) -> list[tuple[str, dict[str, Any]]]:
+    def history_of(self, nodeid: str, runs: int) -> list[tuple[str, Entry]]:
         """``history`` with each entry's location (a stored record's path or URL)."""
         if self.store is None:
             test = test_of(self._records[self.where], nodeid)
@@ -138,7 +141,7 @@ class Reference:
         return [(self.store.where(s.key), e) for s in same if (e := test_of(self._record(s.key), nodeid)) is not None]
 
 
-def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def pool(entries: list[Entry]) -> Entry:
     """One baseline entry of several runs of a test: the newest's figures, every round's
     samples of all of them."""
     rounds: dict[str, dict[str, Any]] = {}
@@ -149,6 +152,6 @@ def pool(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {**entries[0], "rounds": rounds, "pooled": len(entries)}
 
 
-def test_of(report: dict[str, Any], nodeid: str) -> dict[str, Any] | None:
+def test_of(report: dict[str, Any], nodeid: str) -> Entry | None:
     """The entry of test ``nodeid`` in ``report``, if it holds one."""
     return next((t for t in report["tests"] if t.get("nodeid") == nodeid), None)

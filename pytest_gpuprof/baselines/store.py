@@ -129,7 +129,7 @@ class Store:
         """Whether the store's bucket (or container) answers, asked once before a run that
         saves measures anything: a bucket that does not exist, credentials missing or
         refused, an endpoint that does not answer, each a ``StoreError`` naming the store.
-        A local folder is checked by the caller (``harness.checks.check_output``)."""
+        A local folder is checked by the caller (``settings.checks.check_output``)."""
         if not is_url(self.url) or self.url.startswith(("file://", "memory://")):
             return
         bucket = self.root.split("/", 1)[0]

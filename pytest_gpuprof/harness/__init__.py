@@ -1,7 +1,8 @@
 """The pytest layer: what runs around each test, between pytest's hooks (``plugin``) and
-the layers below (``capture``, ``analysis``, ``verdict``, ``output``, ``baselines``).
+the layers below (``capture``, ``analysis``, ``verdict``, ``output``, ``baselines``,
+``measure``, ``settings``).
 
-- the settings: ``options`` (every setting once), ``config`` (read and checked at start-up);
+- the settings: ``config`` (``Settings``, built at start-up from ``settings.options.TABLE``);
 - the public fixtures' objects come from ``measure`` (the engine, no pytest), built here
   with a run's settings;
 - the session: ``session`` (around each test), ``runtime`` (the backend, device and

@@ -16,14 +16,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pytest_gpuprof.harness.options import CONFIRMING
+from pytest_gpuprof.settings.options import CONFIRMING
 
 if TYPE_CHECKING:
     import pytest
 
     from pytest_gpuprof.harness.config import Settings
+    from pytest_gpuprof.verdict.record import Entry
 
 # a fresh run that takes longer than this is ended, and confirms nothing
 TIMEOUT_S = 1800.0
@@ -51,7 +52,7 @@ def command(config: pytest.Config, settings: Settings, nodeid: str, report: Path
     return args
 
 
-def fresh_entries(config: pytest.Config, settings: Settings, nodeid: str, runs: int) -> list[dict[str, Any]]:
+def fresh_entries(config: pytest.Config, settings: Settings, nodeid: str, runs: int) -> list[Entry]:
     """The test's report entry from each of ``runs`` fresh runs; ``RerunError`` where one
     gave none (a crash, a collection error, a run past ``TIMEOUT_S``)."""
     from pytest_gpuprof.baselines.records import clean, load

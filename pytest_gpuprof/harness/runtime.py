@@ -13,7 +13,7 @@ import platform
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_gpuprof.capture.nvml import NvmlSampler
     from pytest_gpuprof.capture.placement import Placement
     from pytest_gpuprof.capture.stacks import StackSampler
+    from pytest_gpuprof.output.report import Machine
 
 
 class DeviceRuntime:
@@ -40,7 +41,7 @@ class DeviceRuntime:
         self._selected: tuple[Kind, str, int] | None = None  # backend, why, device index
         self._backend: backends.Backend | None = None
         self._lock: DeviceLock | None = None
-        self._machine: dict[str, Any] | None = None
+        self._machine: Machine | None = None
         self._device_facts: dict[str, str] | None = None  # the GPU's hashed UUID and power limit, read once
         if settings.configured:
             self.select()
@@ -266,7 +267,7 @@ class DeviceRuntime:
 
         return probe(self.device_index)
 
-    def machine(self) -> dict[str, Any]:
+    def machine(self) -> Machine:
         """The machine record of this process's reports, as the project's
         ``pytest_gpuprof_machine_info`` hooks left it (asked once)."""
         if self._machine is None:
@@ -276,7 +277,7 @@ class DeviceRuntime:
             record = machine_record(self.device.to_dict(), self.truth, clock)
             self.config.hook.pytest_gpuprof_machine_info(config=self.config, machine=record)
             self._machine = record
-        return dict(self._machine)
+        return self._machine.copy()
 
     def environment(self) -> dict[str, str]:
         """What besides the code changes kernel times, as it is now (``capture.environment``):

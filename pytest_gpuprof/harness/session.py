@@ -22,7 +22,7 @@ from pytest_gpuprof.harness.config import Settings
 from pytest_gpuprof.harness.outcomes import Outcomes
 from pytest_gpuprof.harness.runtime import DeviceRuntime
 from pytest_gpuprof.harness.touch import PROFILER
-from pytest_gpuprof.harness.wrap_up import FILES, Outputs
+from pytest_gpuprof.harness.wrap_up import Outputs
 from pytest_gpuprof.measure.errors import GpuBudgetExceeded, GpuBudgetWarning, GpuMemoryLeak
 from pytest_gpuprof.output.text import failure_message, human_bytes
 from pytest_gpuprof.output.views import TestResult, TestView
@@ -114,10 +114,10 @@ class GpuSession:
     def result(
         self, nodeid: str, profiler: Profiler, raised: BaseException | None = None, compare: bool = False
     ) -> TestResult | None:
-        """What the test measured and judged (``record.build``; ``compare``: against the
-        baseline too), kept where its verdict is built from; its windows' traces written
+        """What the test measured and judged (``measure.record.build``; ``compare``: against
+        the baseline too), kept where its verdict is built from; its windows' traces written
         (``--gpu-trace``)."""
-        from pytest_gpuprof.harness import record
+        from pytest_gpuprof.measure import record
 
         built = record.build(
             nodeid,
@@ -129,13 +129,13 @@ class GpuSession:
         )
         if built is None:
             return None
-        result, shown = built
+        result = TestResult(built.record, built.timeline, built.comparison, built.primary)
         if self.settings.trace is not None and self.outputs.trace_failed is None:
             from pytest_gpuprof.output.trace import write_trace
 
             count = result.record.windows
             try:
-                for index, window in shown:
+                for index, window in built.shown:
                     if window.timeline is not None:
                         write_trace(self.settings.trace, nodeid, window.timeline, window=(index, count, result.primary))
             except OSError as e:  # a full disk: the run fails once, at its end; no test's outcome changes
@@ -309,7 +309,7 @@ class GpuSession:
         report says so (``pytest_report_teststatus``: ``G``, GPU BUDGET) and carries a
         ``gpuprof`` section with the figures of the windows that failed it, and its changes
         against the baseline (the failure's message says why)."""
-        from pytest_gpuprof.harness import record
+        from pytest_gpuprof.output.report import section
 
         raised = call.excinfo.value if call.excinfo is not None else None
         word = GPU_BUDGET if isinstance(raised, GpuBudgetExceeded) else self.failed_by_gate.get(nodeid)
@@ -319,10 +319,10 @@ class GpuSession:
         result = self.results.get(nodeid)
         if result is not None:
             compare = _compare_lines(result)
-            report.sections.append(("gpuprof", record.section(result.record, compare, self.settings.memory_top)))
+            report.sections.append(("gpuprof", section(result.record, compare, self.settings.memory_top)))
 
     def view(self, nodeid: str) -> TestView:
-        from pytest_gpuprof.harness import record
+        from pytest_gpuprof.output.run_files import FILES, view
         from pytest_gpuprof.verdict.record import Ending
 
         result = self.results[nodeid]
@@ -334,8 +334,9 @@ class GpuSession:
         result.record = dataclasses.replace(result.record, ending=ending)  # the record's second and last making
         per_file = [f for f in FILES if f.where(self.settings) is not None]
         compare = _compare_lines(result)
-        machine = {**self.runtime.machine(), "environment": self.runtime.environment()}
-        return record.view(result, compare, machine, per_file)
+        machine = self.runtime.machine()
+        machine["environment"] = self.runtime.environment()
+        return view(result, compare, machine, per_file)
 
     def load_baseline(self) -> None:
         """The baseline this run compares with (``baselines.gate``); a usage error where it

@@ -3,7 +3,7 @@
 The plugin loads into every pytest run of its environment. A suite that never uses it pays
 for these checks alone: ``plugin`` starts the session, and registers its per-test hooks,
 where one of them says yes (docs/design.md, "Start-up"). Nothing here imports more than
-``options``, whose flags pytest must know before anything runs.
+``settings.options``, whose flags pytest must know before anything runs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuprof.harness import xdist
-from pytest_gpuprof.harness.options import TABLE
+from pytest_gpuprof.settings.options import TABLE
 
 if TYPE_CHECKING:
     from _pytest.nodes import Node

@@ -1,55 +1,29 @@
-"""What a run leaves behind: the terminal summary, the JSON report, the HTML page, the
-baseline and the CI step summary, each from the tests' views (``output.views.TestView``).
+"""What a run leaves behind: the terminal summary, the files (``output.run_files``) and the
+baseline, each from the tests' views (``output.views.TestView``).
 
-Every file is written whole or not at all (``files``); one that cannot be written is a
-line of the summary and makes the run fail, and the rest are still written.
+A file that cannot be written is a line of the summary and makes the run fail, and the rest
+are still written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import textwrap
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gpuprof.harness.config import Settings
+from pytest_gpuprof.output.run_files import FILES, Run, checked, waits
 from pytest_gpuprof.output.text import memory_top
 from pytest_gpuprof.output.views import TestView
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.baselines.rule import RunFacts
-    from pytest_gpuprof.verdict.record import GpuRecord
+    from pytest_gpuprof.output.report import Machine
+    from pytest_gpuprof.verdict.record import Entry
     from pytest_gpuprof.verdict.run_gate import RunGate
-
-# waits under this are the lock changing hands, not worth a line
-WAIT_NOTED_MS = 1.0
-
-
-def waits(views: Mapping[str, TestView], shown: int = 3) -> str | None:
-    """The line saying how long tests waited for their device (``--gpu-exclusive``), the
-    longest named: outside every window, never in a figure."""
-    waited = sorted(
-        ((float(v.test.get("waited_ms", 0.0)), nodeid, v.test.get("waited_for", "")) for nodeid, v in views.items()),
-        reverse=True,
-    )
-    waited = [w for w in waited if w[0] >= WAIT_NOTED_MS]
-    if not waited:
-        return None
-    longest = "; ".join(
-        f"{nodeid} {ms:.0f} ms" + (f" (for {who})" if who else "") for ms, nodeid, who in waited[:shown]
-    )
-    total = sum(ms for ms, _, _ in waited)
-    return (
-        f"gpuprof: {len(waited)} test(s) waited {total:.0f} ms in all for a device another process of this plugin "
-        f"held (outside their windows); longest: {longest}"
-    )
 
 
 class Outputs:
@@ -63,8 +37,8 @@ class Outputs:
 
     @staticmethod
     def merged(
-        views: Mapping[str, TestView], crashed: Mapping[str, str], machine: Callable[[], dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        views: Mapping[str, TestView], crashed: Mapping[str, str], machine: Callable[[], Machine]
+    ) -> tuple[list[Entry], Machine]:
         """Every test once, in run order, and the machine: from this process or the workers."""
         tests = [v.test for v in views.values()]
         tests += [
@@ -73,8 +47,8 @@ class Outputs:
             if nodeid not in views
         ]
         machines = [v.machine for v in views.values()]
-        merged = dict(machines[0]) if machines else machine()
-        environment: dict[str, Any] = {}
+        merged = machines[0].copy() if machines else machine()
+        environment: dict[str, str] = {}
         for m in machines:  # each process's loaded libraries (xdist workers may differ)
             environment = {**m.get("environment", {}), **environment}
         if environment:
@@ -245,7 +219,7 @@ class Outputs:
         self,
         views: Mapping[str, TestView],
         crashed: Mapping[str, str],
-        machine: Callable[[], dict[str, Any]],
+        machine: Callable[[], Machine],
         facts: RunFacts,
         outcomes: Mapping[str, str] | None = None,
     ) -> bool:
@@ -263,7 +237,8 @@ class Outputs:
             return self.trace_failed is None
         if not (views or crashed or s.configured):
             return True  # only the step summary asked for, and nothing measured: nothing to start for it
-        from pytest_gpuprof.output.report import build_report, revision
+        from pytest_gpuprof.output.git import revision
+        from pytest_gpuprof.output.report import build_report
 
         tests, merged = self.merged(views, crashed, machine)
         said = rule.judge(dataclasses.replace(facts, measured=len(tests)))
@@ -324,141 +299,6 @@ class _Counted:
 
     count_towards_summary = True
     when = "call"
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """What a file of the run is made from."""
-
-    report: dict[str, Any]
-    tests: list[dict[str, Any]]
-    machine: dict[str, Any]
-    views: Mapping[str, TestView]
-    gate: RunGate | None = None  # what the gate decided of the run, where a test was gated
-
-
-@dataclass(frozen=True, slots=True)
-class File:
-    """A file the run writes: where (from the settings; None: not asked for), its text, and
-    how it is written (whole and atomically; the step summary appended to). ``per_test``:
-    what it keeps of each test as the test ends (in its ``TestView``, which crosses from an
-    xdist worker to the controller), where the report entry is not enough."""
-
-    what: str
-    where: Callable[[Settings], Path | None]
-    render: Callable[[Run], str | Iterable[str]]
-    append: bool = False
-    per_test: Callable[[GpuRecord, Timeline | None], Any] | None = None
-
-    @property
-    def done(self) -> str:
-        return "appended to" if self.append else "written to"
-
-    def write(self, path: Path, text: str | Iterable[str]) -> None:
-        if self.append:
-            assert isinstance(text, str)
-            with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
-                f.write(text)
-            return
-        from pytest_gpuprof.output.files import write_atomic
-
-        write_atomic(path, text)
-
-
-def _json(run: Run) -> str:
-    from pytest_gpuprof.output.files import json_text
-
-    checked(run.report, "report")
-    return json_text(run.report)
-
-
-def checked(document: dict[str, Any], which: str) -> None:
-    """Under ``PYTEST_GPUPROF_CHECK_SCHEMA=1`` (the suite sets it), a report or baseline
-    that breaks its shipped JSON Schema is an error, not a file."""
-    if os.environ.get("PYTEST_GPUPROF_CHECK_SCHEMA") == "1":
-        from pytest_gpuprof.output.schema import validate
-
-        validate(document, which)
-
-
-def _html(run: Run) -> Iterator[str]:
-    """The page, written as it is read: each test's part from the spool its process wrote
-    it to (``_page``); the spools removed once read, or given up on."""
-    from pytest_gpuprof.output.html import render_chunks
-
-    parts = [v.per_file[HTML] for v in run.views.values() if v.per_file.get(HTML)]
-
-    def read() -> Iterator[str]:
-        for part in parts:
-            with open(part["spool"], "rb") as f:
-                f.seek(part["at"])
-                yield f.read(part["size"]).decode("ascii")
-
-    try:
-        yield from render_chunks(read(), run.machine)
-    finally:
-        for spool in {part["spool"] for part in parts}:
-            with contextlib.suppress(OSError):
-                os.unlink(spool)
-        _SPOOL.pop(os.getpid(), None)
-
-
-# each process's spool of page parts (xdist's workers each have their own): a run of many
-# tests keeps a few numbers a test in memory, not its page data (0.26 MB a 1,000-step test)
-_SPOOL: dict[int, str] = {}
-
-
-def _page(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:
-    """The test's part of the HTML page, spooled to a file of this process's: where it is."""
-    import tempfile
-
-    from pytest_gpuprof.output.html import embedded, page_data
-
-    data = embedded(page_data(record, timeline)).encode("ascii")
-    pid = os.getpid()
-    if pid not in _SPOOL:
-        fd, _SPOOL[pid] = tempfile.mkstemp(prefix="gpuprof-page-", suffix=".spool")
-        os.close(fd)
-    with open(_SPOOL[pid], "ab") as f:
-        at = f.tell()
-        f.write(data)
-    return {"spool": _SPOOL[pid], "at": at, "size": len(data)}
-
-
-def _step_summary(run: Run) -> str:
-    from pytest_gpuprof.output.report import markdown_summary
-
-    compare = [line for v in run.views.values() for line in v.compare]
-    measured = [t for t in run.tests if "metrics" in t]
-    return markdown_summary(measured, run.machine, compare, waits(run.views), run.gate)
-
-
-def _csv(run: Run) -> str:
-    from pytest_gpuprof.output.columns import csv_text
-
-    return csv_text([row for v in run.views.values() for row in v.per_file.get(CSV, [])])
-
-
-def _csv_rows(record: GpuRecord, _: Timeline | None) -> list[dict[str, Any]]:
-    from pytest_gpuprof.output.report import window_rows
-
-    return window_rows(record)
-
-
-def _summary_path(_: Settings) -> Path | None:
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    return Path(summary) if summary else None
-
-
-HTML = "HTML report"
-CSV = "CSV file"
-# every file a run can write: a new format is one entry (and its option in ``options``)
-FILES = (
-    File("JSON report", lambda s: s.report, _json),
-    File(HTML, lambda s: s.html, _html, per_test=_page),
-    File(CSV, lambda s: s.csv, _csv, per_test=_csv_rows),
-    File("step summary", _summary_path, _step_summary, append=True),
-)
 
 
 def _block(tr: Any, heading: str, lines: list[str]) -> None:

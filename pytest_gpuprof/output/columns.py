@@ -10,16 +10,62 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_gpuprof.analysis import descriptors
-from pytest_gpuprof.output.text import human_bytes, pct
+from pytest_gpuprof.analysis.metrics import UNATTRIBUTED
+from pytest_gpuprof.analysis.names import fit
+from pytest_gpuprof.output.text import human_bytes, ms, pct
 
-# the default table's columns, in its order (``report.HEADER`` their headings)
-NAMED = ("test", "wall_ms", "utilization", "reported_utilization", "overhead_ms", "cause", "verdict")
-HEADINGS = ("test", "wall ms", "util", "reported", "overhead ms", "largest idle cause", "verdict")
-_TEXT = {"test", "cause", "verdict"}  # left-aligned; the rest are figures
+if TYPE_CHECKING:
+    from pytest_gpuprof.analysis.metrics import Metrics
+    from pytest_gpuprof.verdict.record import GpuRecord
+
+
+class Own(NamedTuple):
+    """A column of the table's own: its name (``--gpu-columns``), heading, cell from a
+    record and a window's figures (``name``: the row's own, for a window other than the
+    reported one), and whether it is text (left-aligned) rather than a figure."""
+
+    name: str
+    heading: str
+    cell: Callable[[GpuRecord, Metrics, str | None], str]
+    text: bool = False
+
+
+def cause(m: Metrics) -> str:
+    """The largest idle cause; for unattributed idle, the host code that most explains it."""
+    top = max((c for c in m.idle_by_step() if c[1] > 0), key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
+    if top[1] <= 0:
+        return "-"
+    said = f"{top[0]} {top[1]:.1f} ms"
+    if top[0] == UNATTRIBUTED and m.idle_by_code and m.unattributed_ms:
+        where, spent = m.idle_by_code[0]
+        said += f", {spent / m.unattributed_ms:.0%} in {where}"
+    return fit(said)  # a column, not a paragraph: the JSON and the message keep it whole
+
+
+# the default table's columns, in its order: a new one is one row
+OWN = (
+    Own("test", "test", lambda r, m, name: name or r.nodeid, text=True),
+    Own("wall_ms", "wall ms", lambda r, m, _: f"{m.wall_ms:.1f}"),
+    Own("utilization", "util", lambda r, m, _: pct(m.utilization)),
+    Own("reported_utilization", "reported", lambda r, m, _: pct(m.reported_utilization)),
+    Own("overhead_ms", "overhead ms", lambda r, m, _: ms(m.overhead_ms)),
+    Own("cause", "largest idle cause", lambda r, m, _: cause(m), text=True),
+    Own("verdict", "verdict", lambda r, m, _: r.status, text=True),
+)
+NAMED = tuple(c.name for c in OWN)
+HEADINGS = tuple(c.heading for c in OWN)
+_TEXT = {c.name for c in OWN if c.text}
+
+
+def cells(record: GpuRecord, m: Metrics, name: str | None = None) -> list[str]:
+    """A row's cells of the table's own columns."""
+    return [c.cell(record, m, name) for c in OWN]
+
+
 GROUPS = ("module", "class", "param", "name")
 
 

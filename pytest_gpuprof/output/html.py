@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.lanes import bucket, build
 from pytest_gpuprof.analysis.memory import step_peak
@@ -18,7 +18,10 @@ from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.page import PAGE
 from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
-from pytest_gpuprof.verdict.record import GpuRecord
+from pytest_gpuprof.verdict.record import Entry, GpuRecord
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.output.report import Machine
 
 MAX_ITEMS = 1500
 
@@ -141,7 +144,7 @@ def embedded(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_chunks(tests: Iterable[str], machine: dict[str, Any]) -> Iterator[str]:
+def render_chunks(tests: Iterable[str], machine: Machine) -> Iterator[str]:
     """The page in pieces, from each test's ``embedded(page_data(...))``: a run of many
     tests is written as it is read, never held whole."""
     head, tail = PAGE.split("__DATA__")
@@ -151,6 +154,6 @@ def render_chunks(tests: Iterable[str], machine: dict[str, Any]) -> Iterator[str
     yield "]}" + tail
 
 
-def render(tests: Iterable[dict[str, Any]], machine: dict[str, Any]) -> str:
+def render(tests: Iterable[Entry], machine: Machine) -> str:
     """The page, from each test's ``page_data``."""
     return "".join(render_chunks(map(embedded, tests), machine))

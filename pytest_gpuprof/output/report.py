@@ -7,21 +7,38 @@ import datetime as dt
 import hashlib
 import platform
 import re
-import subprocess
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from pytest_gpuprof.analysis.metrics import UNATTRIBUTED, Metrics
-from pytest_gpuprof.analysis.names import fit
+from pytest_gpuprof.analysis.metrics import Metrics
+from pytest_gpuprof.output import columns
 from pytest_gpuprof.output.schema import SCHEMA
-from pytest_gpuprof.output.text import describe_breach, explain, ms, pct
-from pytest_gpuprof.verdict.record import GpuRecord, WindowBreach
+from pytest_gpuprof.output.text import describe_breach, explain, memory_top, ms, pct
+from pytest_gpuprof.verdict.record import Entry, GpuRecord, WindowBreach
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.run_gate import RunGate
 
 
-def machine_id(machine: dict[str, Any]) -> str:
+class Machine(TypedDict, total=False):
+    """The machine record of a report (``machine_record``): what a baseline is matched by
+    (``id``), what the header and the outputs name, the processes' loaded libraries
+    (``environment``) and the devices the tests ran on. A project's
+    ``pytest_gpuprof_machine_info`` hook may add its own keys."""
+
+    id: str
+    gpu: str
+    driver: str
+    pcie: str
+    backend: str
+    truth: str
+    host: str
+    clock: str
+    environment: dict[str, str]
+    devices: list[int]
+
+
+def machine_id(machine: Mapping[str, object]) -> str:
     """A stable id for the measuring setup: GPU model, driver, PCIe link and backend, and
     the host backend's virtual clock (whose figures no real-time run shares)."""
     key = "|".join(str(machine.get(k, "")) for k in ("gpu", "driver", "pcie", "backend"))
@@ -31,8 +48,8 @@ def machine_id(machine: dict[str, Any]) -> str:
     return f"{machine.get('backend', 'host')}-{digest}"
 
 
-def machine_record(device: dict[str, Any], truth: str, clock: str = "real") -> dict[str, Any]:
-    machine = {
+def machine_record(device: dict[str, Any], truth: str, clock: str = "real") -> Machine:
+    machine: Machine = {
         "gpu": device.get("name", ""),
         "driver": device.get("driver", ""),
         "pcie": device.get("pcie", "none"),
@@ -44,9 +61,7 @@ def machine_record(device: dict[str, Any], truth: str, clock: str = "real") -> d
     return {"id": machine_id(machine), **machine}
 
 
-def build_report(
-    tests: list[dict[str, Any]], machine: dict[str, Any], source: dict[str, str] | None = None
-) -> dict[str, Any]:
+def build_report(tests: list[Entry], machine: Machine, source: dict[str, str] | None = None) -> dict[str, Any]:
     """A report: when, on what, from which commit and branch (``source``), and the tests."""
     return {
         "schema": SCHEMA,
@@ -55,20 +70,6 @@ def build_report(
         "machine": machine,
         "tests": tests,
     }
-
-
-def revision(folder: Path) -> dict[str, str]:
-    """The commit and branch of the git checkout holding ``folder``; none outside one."""
-    out: dict[str, str] = {}
-    for key, args in (("commit", ["rev-parse", "HEAD"]), ("branch", ["rev-parse", "--abbrev-ref", "HEAD"])):
-        try:
-            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return {}
-        if done.returncode != 0 or not done.stdout.strip():
-            return {}
-        out[key] = done.stdout.strip()
-    return out
 
 
 def rows(record: GpuRecord) -> list[list[str]]:
@@ -96,43 +97,19 @@ def window_rows(record: GpuRecord) -> list[dict[str, Any]]:
 
 
 def row(record: GpuRecord, m: Metrics, name: str | None = None) -> list[str]:
-    """A line of the terminal table: wall, true and reported utilization, overhead, the
-    largest idle cause, the verdict."""
-    causes = [c for c in m.idle_by_step() if c[1] > 0]
-    top = max(causes, key=lambda c: c[1], default=(UNATTRIBUTED, 0.0))
-    return [
-        name or record.nodeid,
-        f"{m.wall_ms:.1f}",
-        pct(m.utilization),
-        pct(m.reported_utilization),
-        ms(m.overhead_ms),
-        _cause(top, m),
-        record.status,
-    ]
+    """A line of the terminal table: the table's own columns (``columns.OWN``)."""
+    return columns.cells(record, m, name)
 
 
-def _cause(top: tuple[str, float], m: Metrics) -> str:
-    """The largest idle cause; for unattributed idle, the host code that most explains it."""
-    if top[1] <= 0:
-        return "-"
-    cause = f"{top[0]} {top[1]:.1f} ms"
-    if top[0] == UNATTRIBUTED and m.idle_by_code and m.unattributed_ms:
-        where, spent = m.idle_by_code[0]
-        cause += f", {spent / m.unattributed_ms:.0%} in {where}"
-    return fit(cause)  # a column, not a paragraph: the JSON and the message keep it whole
-
-
-def first_rows(
-    tests: list[dict[str, Any]], limit: int | None, order: list[int] | None = None
-) -> tuple[list[int], str | None]:
+def first_rows(tests: list[Entry], limit: int | None, order: list[int] | None = None) -> tuple[list[int], str | None]:
     """Which tests the terminal table shows (indices, in that order) and the line that
     counts the rest: in ``order`` (``--gpu-sort``), else breaches and failed tests first,
     then the largest kernel-idle, as pytest shows its failures first and counts the rest."""
 
-    def failing(t: dict[str, Any]) -> bool:
+    def failing(t: Entry) -> bool:
         return t.get("outcome") == "failed" or str(t.get("verdict", "")).startswith(("FAIL", "warn"))
 
-    def idle(t: dict[str, Any]) -> float:
+    def idle(t: Entry) -> float:
         return float(t.get("metrics", {}).get("overhead_ms") or 0.0)
 
     if order is None:
@@ -174,8 +151,8 @@ def _code_span(text: str) -> str:
 
 
 def markdown_summary(
-    tests: list[dict[str, Any]],
-    machine: dict[str, Any],
+    tests: list[Entry],
+    machine: Machine,
     compare: list[str],
     waited: str | None = None,
     gate: RunGate | None = None,
@@ -204,3 +181,18 @@ def markdown_summary(
     if compare:
         lines += ["", "```", *compare, "```"]
     return "\n".join(lines) + "\n\n"
+
+
+def section(record: GpuRecord, compare: list[str], memory_places: int) -> str:
+    """The ``gpuprof`` report section of a test the plugin failed: the figures of the
+    windows that failed it, its changes against the baseline, the places that held the most
+    device memory at its peak (``--gpu-memory-top``)."""
+    shown = ("test", "wall_ms", "kernel_ms", "copy_ms", "utilization", "reported_utilization", "cause")
+    figures = zip(rows(record), row_figures(record), strict=True)
+    lines = columns.table([(record.nodeid, r, f) for r, f in figures], shown)
+    if compare:
+        lines += ["", "against the baseline:", *compare]
+    top = memory_top(record.nodeid, record.metrics.to_dict(), memory_places)
+    if top:
+        lines += ["", *top]
+    return "\n".join(lines)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
+    from pytest_gpuprof.output.report import Machine
     from pytest_gpuprof.verdict.comparison import Comparison
-    from pytest_gpuprof.verdict.record import GpuRecord
+    from pytest_gpuprof.verdict.record import Entry, GpuRecord
 
 
 @dataclass
@@ -38,11 +39,11 @@ class TestView:
 
     __test__ = False
 
-    test: dict[str, Any]
+    test: Entry
     rows: list[list[str]]  # its reported window's, then each other breaching window's
     details: list[str]
     compare: list[str]
-    machine: dict[str, Any]
+    machine: Machine
     per_file: dict[str, Any] = field(default_factory=dict)
     # each row's figures by metric path (``--gpu-columns``, ``--gpu-sort``)
     figures: list[dict[str, float]] = field(default_factory=list)

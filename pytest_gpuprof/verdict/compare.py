@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pytest_gpuprof.analysis.levels import learn
 from pytest_gpuprof.analysis.mann_whitney import ALPHA, mann_whitney_greater
@@ -34,6 +34,9 @@ from pytest_gpuprof.analysis.throttle import throttle_names
 from pytest_gpuprof.verdict.change import Change, Finding
 from pytest_gpuprof.verdict.samples import samples_of, value_at
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.record import Entry
 
 
 def kernel_names(changes: Iterable[Change]) -> dict[str, str]:
@@ -108,9 +111,9 @@ def _median(values: Sequence[float]) -> float | None:
 
 def compare_tests(
     thresholds: Sequence[Threshold],
-    baseline_test: dict[str, Any],
-    current_test: dict[str, Any],
-    history: Sequence[dict[str, Any]] | None = None,
+    baseline_test: Entry,
+    current_test: Entry,
+    history: Sequence[Entry] | None = None,
     exact: bool = False,
     comparisons: int = 1,
 ) -> list[Change]:
@@ -152,7 +155,7 @@ def compare_tests(
 
 
 def _in_cycles(
-    change: Change, before: list[float], now: list[float], baseline_test: dict[str, Any], current_test: dict[str, Any]
+    change: Change, before: list[float], now: list[float], baseline_test: Entry, current_test: Entry
 ) -> Change:
     """A kernel time's regression confirmed in cycles where both SM clocks are known: the
     current times at the baseline's clock (time x clock / baseline clock). A change the
@@ -181,7 +184,7 @@ RUNNER = "runner_probe_ms"
 ON_THE_HOST = ("wall_ms", "utilization", "overhead_ms")
 
 
-def _runner_probes(change: Change, baseline_test: dict[str, Any], current_test: dict[str, Any]) -> Change:
+def _runner_probes(change: Change, baseline_test: Entry, current_test: Entry) -> Change:
     """A host-bound change with the runner probes of both sides beside it, where both runs
     timed them: what the reader weighs, never what decides. On an H100 host where each process ran
     at one of two speeds the probe followed the runs' host time (r 0.75-0.96), but beside a busy
@@ -193,12 +196,12 @@ def _runner_probes(change: Change, baseline_test: dict[str, Any], current_test: 
     return replace(change, runner=f"runner probe {before:.3f} ms in the baseline, {now:.3f} ms now")
 
 
-def _bits(test: dict[str, Any], path: str) -> int | None:
+def _bits(test: Entry, path: str) -> int | None:
     value = value_at(test.get("metrics", {}), path)
     return None if value is None else int(value)
 
 
-def gated_comparisons(gating: Sequence[Threshold], tests: Iterable[dict[str, Any]]) -> int:
+def gated_comparisons(gating: Sequence[Threshold], tests: Iterable[Entry]) -> int:
     """How many comparisons ``gating`` makes over a baseline's ``tests``: one a metric, one
     a kernel over ``KERNEL_FLOOR`` under ``kernels:+N%``; the number whose bounds share
     ``SUITE_RATE`` (at least 1)."""
@@ -218,7 +221,7 @@ def gated_comparisons(gating: Sequence[Threshold], tests: Iterable[dict[str, Any
     return max(count, 1)
 
 
-def _kernel_paths(*tests: dict[str, Any]) -> list[str]:
+def _kernel_paths(*tests: Entry) -> list[str]:
     """Every kernel either report timed, by name (``kernels.NAME.total_ms``)."""
     names = {name for test in tests for name in test.get("metrics", {}).get("kernel_totals", {})}
     return [f"kernels.{name}.total_ms" for name in sorted(names)]
@@ -228,7 +231,7 @@ def _kernel_paths(*tests: dict[str, Any]) -> list[str]:
 CLOCK_SHIFT = 0.05
 
 
-def clock_note(baseline_test: dict[str, Any], current_test: dict[str, Any]) -> str | None:
+def clock_note(baseline_test: Entry, current_test: Entry) -> str | None:
     """What a comparison must say when the GPU ran at another SM clock in the baseline:
     device times scale with it (``nvml.sm_clock_mhz``)."""
     before = value_at(baseline_test.get("metrics", {}), "nvml.sm_clock_mhz")

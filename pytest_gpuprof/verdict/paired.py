@@ -20,13 +20,16 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_gpuprof.analysis.names import readable, short
 from pytest_gpuprof.analysis.trimmed import Trimmed
 from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, ab_pairs_needed
 from pytest_gpuprof.verdict.samples import samples_of
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.record import Entry
 
 Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]
@@ -78,7 +81,7 @@ class Runs:
                 seen.setdefault(nodeid, Counter())[word] += 1
 
 
-def figures(test: dict[str, Any], metrics: Sequence[str]) -> Figures:
+def figures(test: Entry, metrics: Sequence[str]) -> Figures:
     """What a pair's comparison reads of a test's report entry, and no more: each of
     ``metrics`` (``kernels``: each kernel's ``total_ms``) and the SM clock, at its rounds'
     median (the pair's figure). A run of many pairs keeps a few numbers a test a pair, not

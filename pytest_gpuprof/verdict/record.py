@@ -1,6 +1,6 @@
 """A test's record: everything its verdict and every output read, frozen.
 
-It is made twice at most: ``harness.record.build`` at the end of the test's call (its
+It is made twice at most: ``measure.record.build`` at the end of the test's call (its
 windows judged, its comparison with the baseline, ``Compared``), and once more at its
 tear-down, adding what only the end knows (``Ending``: the outcome, reruns, the wait for the
 device, leaks) with ``dataclasses.replace``. Nothing else writes a field of it.
@@ -9,7 +9,7 @@ device, leaks) with ``dataclasses.replace``. Nothing else writes a field of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
@@ -20,6 +20,35 @@ if TYPE_CHECKING:
     from pytest_gpuprof.verdict.comparison import Comparison
 
 __all__ = ["Compared", "Ending", "GpuRecord", "WindowBreach"]
+
+
+class Entry(TypedDict, total=False):
+    """A test's entry of the JSON report (``GpuRecord.to_dict``; ``report.schema.json`` has
+    each field's meaning): what the outputs, the baselines and the gate read of a test. A
+    crashed test's entry holds its ``nodeid``, ``outcome`` and why (``crashed``) alone."""
+
+    nodeid: str
+    outcome: str
+    reruns: int
+    crashed: str
+    metrics: dict[str, Any]
+    rounds: dict[str, dict[str, Any]]
+    budget: dict[str, Any]
+    windows: int
+    verdict: str
+    judgement: dict[str, Any]
+    device: int
+    waited_ms: float
+    waited_for: str
+    breached_windows: list[dict[str, Any]]
+    checks: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    comparisons: list[dict[str, Any]]
+    gate: dict[str, Any]
+    outside_windows: list[str]
+    xfail: bool
+    examples: int
+    pooled: int  # a baseline's entry pooled from several runs: how many
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +198,9 @@ class GpuRecord:
             figures.append(("gpuprof.reruns", self.ending.reruns))
         return figures
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Entry:
         c, e = self.compared, self.ending
-        out: dict[str, Any] = {
+        out: Entry = {
             "nodeid": self.nodeid,
             "outcome": e.outcome,
             "reruns": e.reruns,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis import descriptors
+
+if TYPE_CHECKING:
+    from pytest_gpuprof.verdict.record import Entry
 
 __all__ = ["samples_of", "split_path", "value_at"]
 
 
-def samples_of(test: dict[str, Any], metric: str) -> list[float]:
+def samples_of(test: Entry, metric: str) -> list[float]:
     """A report test's samples of ``metric``: its rounds, else its single value."""
     rounds = test.get("rounds", {}).get(metric)
     if isinstance(rounds, dict) and isinstance(rounds.get("samples"), list):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from pytest_gpuprof.harness.options import BUDGET_FLAGS
+from pytest_gpuprof.settings.options import BUDGET_FLAGS
 from pytest_gpuprof.verdict.budget import Budget
 
 # a single-lock pipeline on the virtual clock: 66.7% true, 100% bracketed, 22.4 ms of

@@ -1,12 +1,14 @@
 """One settings table: the pytest options, the file keys, the defaults and the docs' tables."""
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuprof.harness import checks, config
-from pytest_gpuprof.harness.options import BY_FLAG, DEFAULT, TABLE
+from pytest_gpuprof.harness import config
+from pytest_gpuprof.settings import checks
+from pytest_gpuprof.settings.options import BY_FLAG, DEFAULT, TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +60,32 @@ def test_every_default_comes_from_the_table():
     assert str(s.storage) == DEFAULT["--gpu-storage"]
     assert s.summary_rows == int(DEFAULT["--gpu-summary"])
     # the file keys accept exactly the table's keys: with choices, a range, or text
-    assert set(checks.CHOICES) | set(checks.FILE_KEYS) | set(checks.TEXT_KEYS) == {o.key for o in TABLE if o.key}
+    keys = checks.FileKeys.of(TABLE)
+    assert set(keys.choices) | set(keys.numbers) | set(keys.text) == {o.key for o in TABLE if o.key}
+
+
+def test_each_settings_field_is_one_rows_or_named_as_derived():
+    """A new setting is one row of the table (its field, its converter, its conflicts) and
+    its typed field: ``from_pytest_config`` reads the table row by row, and no field is set
+    twice or by nobody."""
+    rows = [o.field for o in TABLE if o.field is not None]
+    assert len(rows) == len(set(rows)), "a field two rows set"
+    assert set(rows).isdisjoint(config.DERIVED)
+    assert set(rows) | set(config.DERIVED) == {f.name for f in dataclasses.fields(config.Settings)}
+
+
+def test_every_conflict_is_refused_naming_both_flags_and_why(pytester):
+    """Each row's conflicts, given together, are a usage error naming both flags and the
+    row's reason; none is a conflict a row names without a reason."""
+    pytester.makepyfile("def test_x(): pass")
+    pairs = [(o, other) for o in TABLE for other in o.conflicts]
+    assert len(pairs) >= 15 and all(o.why for o, _ in pairs)
+    for o, other in pairs:
+        args = [o.flag if o.switch else f"{o.flag}=x", BY_FLAG[other].flag]
+        args[1] = args[1] if BY_FLAG[other].switch else f"{args[1]}=latest"
+        result = pytester.runpytest(*args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, args
+        assert f"{o.flag} and {other} cannot be given together: {o.why}" in result.stderr.str(), args
 
 
 def test_each_default_is_written_once_in_the_package():

@@ -128,7 +128,9 @@ def test_loading_the_plugin_imports_its_flags_and_checks_alone():
         "pytest_gpuprof.plugin",
         "pytest_gpuprof.harness",
         "pytest_gpuprof.harness.touch",
-        "pytest_gpuprof.harness.options",
+        "pytest_gpuprof.settings",
+        "pytest_gpuprof.settings.options",
+        "pytest_gpuprof.settings.convert",  # its converters import their checks when they run
         "pytest_gpuprof.harness.xdist",  # what xdist says, read in one place
         "pytest_gpuprof.measure",  # its package alone: the default rounds and warm-up
         "pytest_gpuprof.analysis",

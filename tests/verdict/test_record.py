@@ -45,7 +45,7 @@ def test_the_end_and_the_comparison_reach_the_verdict_and_the_json():
 
 def test_a_record_is_made_in_one_place_and_ended_in_one_other():
     """The grep the house holds: ``GpuRecord(`` only where a test's call ends
-    (``harness/record.py``), a record's ``ending`` only at its tear-down (``harness/session.py``),
+    (``measure/record.py``), a record's ``ending`` only at its tear-down (``harness/session.py``),
     its ``compared`` only with its making."""
     made, ended, compared = [], [], []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -54,5 +54,5 @@ def test_a_record_is_made_in_one_place_and_ended_in_one_other():
         made += [where] * len(re.findall(r"\bGpuRecord\(", text))
         ended += [where] * len(re.findall(r"replace\([^)]*\bending=", text))
         compared += [where] * len(re.findall(r"replace\([^)]*\bcompared=", text))
-    assert made == ["harness/record.py"]
-    assert ended == ["harness/session.py"] and compared == ["harness/record.py"]
+    assert made == ["measure/record.py"]
+    assert ended == ["harness/session.py"] and compared == ["measure/record.py"]

@@ -8,27 +8,42 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pytest_gpuprof.harness.options import TABLE
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
 
-# the options that take a value from a list, by key of [tool.gpuprof]; the numeric ones
-CHOICES: dict[str, tuple[str, ...]] = {o.key: o.choices for o in TABLE if o.key and o.choices}
-FILE_KEYS: dict[str, Number] = {o.key: o.number for o in TABLE if o.key and o.number}
-TEXT_KEYS = tuple(o.key for o in TABLE if o.key and not o.choices and not o.number)
+if TYPE_CHECKING:
+    from pytest_gpuprof.settings.options import Option
+
+
+class FileKeys(NamedTuple):
+    """The keys ``[tool.gpuprof]`` accepts, by kind: from a list, numeric, text."""
+
+    choices: dict[str, tuple[str, ...]]
+    numbers: dict[str, Number]
+    text: tuple[str, ...]
+
+    @classmethod
+    def of(cls, options: Iterable[Option]) -> FileKeys:
+        keyed = [o for o in options if o.key]
+        return cls(
+            {o.key: o.choices for o in keyed if o.key and o.choices},
+            {o.key: o.number for o in keyed if o.key and o.number},
+            tuple(o.key for o in keyed if o.key and not o.choices and not o.number),
+        )
 
 
 class ConfigError(check.Invalid):
     """A setting that cannot be used, with its key and source in the message."""
 
 
-def check_number(key: str, value: Any, source: str) -> None:
+def check_number(key: str, value: Any, source: str, number: Number) -> None:
     """One of the numeric settings: a number of the right kind, in its range."""
-    check.number(value, key, source, FILE_KEYS[key], ConfigError)
+    check.number(value, key, source, number, ConfigError)
 
 
 # what a Linux file system holds: a name of 255 bytes, a path of 4,096 (with its NUL)
@@ -132,7 +147,7 @@ def gpuprof_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
     return table
 
 
-def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
+def read_pyproject(path: Path | None, keys: FileKeys) -> tuple[dict[str, Any], Budget]:
     """``[tool.gpuprof]`` (without its budget) and its ``budget`` table, validated."""
     if path is None or not path.is_file():
         return {}, Budget()
@@ -142,15 +157,15 @@ def read_pyproject(path: Path | None) -> tuple[dict[str, Any], Budget]:
     for key, value in check.table(table, "tool.gpuprof", source, ConfigError).items():
         if key == "budget":
             continue
-        if key in CHOICES:
-            check.choice(value, key, source, CHOICES[key], ConfigError)
-        elif key in FILE_KEYS:
-            check_number(key, value, source)
-        elif key in TEXT_KEYS:
+        if key in keys.choices:
+            check.choice(value, key, source, keys.choices[key], ConfigError)
+        elif key in keys.numbers:
+            check_number(key, value, source, keys.numbers[key])
+        elif key in keys.text:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{source}: {key} = {value!r}: a non-empty string is expected")
         else:
-            raise check.unknown(key, source, [*CHOICES, *FILE_KEYS, *TEXT_KEYS, "budget"], "key", ConfigError)
+            raise check.unknown(key, source, [*keys.choices, *keys.numbers, *keys.text, "budget"], "key", ConfigError)
         settings[key] = value
     try:
         budget = parse_budget(table.get("budget", {}), f"{path} [tool.gpuprof.budget]")

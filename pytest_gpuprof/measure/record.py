@@ -1,34 +1,43 @@
 """A test's record, built once at the end of its call from what its profiler gathered: its
 windows judged on its budget, every ``check()`` and whether the test caught its raise (the
-window rule: docs/design.md), the window it is reported by, and the device work no window
-held, and its comparison with the baseline. The verdict and every output read this record;
-the test's tear-down adds its end (``Ending``) with ``dataclasses.replace``."""
+window rule: docs/design.md), the window it is reported by, the device work no window held,
+and its comparison with the baseline. The verdict and every output read this record; the
+test's tear-down adds its end (``Ending``) with ``dataclasses.replace``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pytest_gpuprof.output import columns
-from pytest_gpuprof.output.report import breach_details, row_figures, rows
-from pytest_gpuprof.output.text import memory_top
-from pytest_gpuprof.output.views import TestResult, TestView
 from pytest_gpuprof.verdict.outcome import Check, Judged, window_rule
 from pytest_gpuprof.verdict.record import GpuRecord, WindowBreach
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any
+    from collections.abc import Callable
 
     from pytest_gpuprof.analysis.metrics import Metrics
-    from pytest_gpuprof.harness.wrap_up import File
+    from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.measure.profiler import Profiler
     from pytest_gpuprof.measure.windows import Window
     from pytest_gpuprof.verdict.budget import Breach, Budget
     from pytest_gpuprof.verdict.comparison import Comparison
     from pytest_gpuprof.verdict.record import Compared
 
-__all__ = ["build", "section", "view"]
+__all__ = ["Built", "build"]
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A test's record, with what its outputs need beside it: the timeline of the window it
+    is reported by (``primary``), its comparison with the baseline (None: none made), and
+    the windows whose traces show it (the reported one first, then every other one whose
+    breach counts)."""
+
+    record: GpuRecord
+    timeline: Timeline | None
+    comparison: Comparison | None
+    primary: int
+    shown: tuple[tuple[int, Window], ...]
 
 
 def build(
@@ -39,9 +48,8 @@ def build(
     enforced: bool,
     device: int,
     compare: Callable[[GpuRecord], tuple[Comparison, Compared]] | None = None,
-) -> tuple[TestResult, list[tuple[int, Window]]] | None:
-    """The test's result, with the windows whose traces show it (the reported one first,
-    then every other one whose breach counts); ``None`` where it measured nothing.
+) -> Built | None:
+    """The test's record (``Built``); ``None`` where it measured nothing.
     ``raised``: what the call raised, if anything; ``compare``: the test against the
     baseline, from its figures (the record leaves here with its comparison)."""
     whole = not profiler.windows  # the test so far becomes its one window
@@ -82,7 +90,7 @@ def build(
         comparison, compared = compare(record)
         record = replace(record, compared=compared)
     shown = [primary, *sorted({b.window for b in counted if b.window not in (None, primary)})]
-    return TestResult(record, window.timeline, comparison, primary), [(i, windows[i]) for i in shown]
+    return Built(record, window.timeline, comparison, primary, tuple((i, windows[i]) for i in shown))
 
 
 def _checks(
@@ -138,33 +146,3 @@ def _primary(windows: list[Window]) -> int:
     breaching = [i for i, w in enumerate(windows) if w.verdict.breached]
     counting = [i for i in breaching if not windows[i].settled]
     return (counting or breaching or [len(windows) - 1])[0]
-
-
-def view(result: TestResult, compare: list[str], machine: dict[str, Any], files: Sequence[File]) -> TestView:
-    """The test as every output reads it (``compare``: its lines against the baseline;
-    ``files``: the run's files that keep something of each test)."""
-    record = result.record
-    return TestView(
-        test=record.to_dict(),
-        rows=rows(record),
-        details=breach_details(record),
-        compare=compare,
-        machine=machine,
-        per_file={f.what: f.per_test(record, result.timeline) for f in files if f.per_test is not None},
-        figures=row_figures(record),
-    )
-
-
-def section(record: GpuRecord, compare: list[str], memory_places: int) -> str:
-    """The ``gpuprof`` report section of a test the plugin failed: the figures of the
-    windows that failed it, its changes against the baseline, the places that held the most
-    device memory at its peak (``--gpu-memory-top``)."""
-    shown = ("test", "wall_ms", "kernel_ms", "copy_ms", "utilization", "reported_utilization", "cause")
-    figures = zip(rows(record), row_figures(record), strict=True)
-    lines = columns.table([(record.nodeid, r, f) for r, f in figures], shown)
-    if compare:
-        lines += ["", "against the baseline:", *compare]
-    top = memory_top(record.nodeid, record.metrics.to_dict(), memory_places)
-    if top:
-        lines += ["", *top]
-    return "\n".join(lines)
