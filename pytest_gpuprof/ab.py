@@ -15,6 +15,7 @@ Kernel times are compared in cycles where both sides' SM clocks are known.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -216,8 +217,21 @@ def ab(
         final, runs = in_pairs(
             {"base": base, "current": root}, relative, pytest_args, looks, say, base.parent / "scratch"
         )
+    return outcome_of(ref, commit, final, runs, looks.gating, dirty)
+
+
+def outcome_of(
+    ref: str,
+    commit: str,
+    final: list[Effect],
+    runs: Runs,
+    gating: tuple[Threshold, ...],
+    dirty: list[str] | None = None,
+) -> Outcome:
+    """What a run of pairs found, with why each regressed test's wall time changed."""
     total = max((len(p) for p in runs.pairs.values()), default=0)
-    return Outcome(ref, commit, total, final, looks.gating, runs.outcomes, dirty)
+    outcome = Outcome(ref, commit, total, final, gating, runs.outcomes, dirty or [])
+    return dataclasses.replace(outcome, explained=runs.why([e.nodeid for e in outcome.regressions]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pytest_gpuprof.ab import AbError, Looks, git, in_pairs, repository, revision, worktree
+from pytest_gpuprof.ab import AbError, Looks, git, in_pairs, outcome_of, repository, revision, worktree
 from pytest_gpuprof.verdict.paired import Side
 from pytest_gpuprof.verdict.pull_request import Outcome
 
@@ -63,6 +63,7 @@ class Bisection:
             out.append(f"  {self.described}")
             culprit = next(s for s in self.steps if s.commit == self.culprit)
             out += [f"  {e.brief()}" for e in culprit.outcome.regressions]
+            out += culprit.outcome.why_lines()
         return out
 
     def exit_code(self) -> int:
@@ -119,8 +120,7 @@ def bisect(
         with worktree(commit, cwd, say) as (_, head, _):
             trees: dict[Side, Path] = {"base": base, "current": head}
             final, runs = in_pairs(trees, relative, pytest_args, looks, say, head.parent / "scratch")
-        total = max((len(p) for p in runs.pairs.values()), default=0)
-        outcome = Outcome(good, good_commit, total, final, looks.gating, runs.outcomes)
+        outcome = outcome_of(good, good_commit, final, runs, looks.gating)
         done = Step(commit, subject, _verdict(outcome), outcome)
         steps.append(done)
         say(f"gpuprof bisect: step {len(steps)}: {done.line()}")

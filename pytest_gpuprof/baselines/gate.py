@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.run_spread import HISTORY_RUNS
@@ -23,6 +23,7 @@ from pytest_gpuprof.baselines.reference import Reference
 from pytest_gpuprof.verdict.change import Change
 from pytest_gpuprof.verdict.compare import clock_note, compare_tests, gated_comparisons
 from pytest_gpuprof.verdict.comparison import Comparison
+from pytest_gpuprof.verdict.explain import explain
 from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_thresholds, with_listed_kernels
 
 if TYPE_CHECKING:
@@ -220,4 +221,5 @@ class Gate:
             notes.append(FILE_NOTE)
         if moved:
             notes.append(f"the environment changed: {', '.join(moved)}")
-        return Comparison(nodeid, "compared", tuple(changes), self.gating, held.record, "; ".join(notes) or None)
+        made = Comparison(nodeid, "compared", tuple(changes), self.gating, held.record, "; ".join(notes) or None)
+        return replace(made, explained=explain(base, test)) if made.regressed else made

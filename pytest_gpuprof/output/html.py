@@ -18,6 +18,7 @@ from pytest_gpuprof.analysis.metrics import Metrics, overlap_schedule
 from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.page import PAGE
 from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
+from pytest_gpuprof.verdict.decision import why_of
 from pytest_gpuprof.verdict.record import Entry, GpuRecord
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def comparison_lines(record: GpuRecord) -> list[str]:
         lines.append(
             f"{c['metric']}: {shown(c['before'])} -> {shown(c['after'])} (limit {c['threshold']}{p}): {finding}"
         )
-    return lines
+    return lines + why_of(record.compared.gate)
 
 
 def page_data(record: GpuRecord, timeline: Timeline | None) -> dict[str, Any]:

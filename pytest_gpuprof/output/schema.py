@@ -146,11 +146,36 @@ def _compared() -> dict[str, Any]:
                 "undecided": {"type": "array", "items": _UNDECIDED},
                 # the fresh runs its regressions were put to (--gpu-compare-confirm)
                 "confirmed_by": {"type": "integer", "minimum": 1},
+                # a regression: why its wall time changed against the baseline's entry
+                "explain": _EXPLAIN,
             },
         },
     }
 
 
+_EXPLAIN = {
+    "type": "object",
+    "required": ["nodeid", "before_ms", "after_ms", "causes", "unexplained_ms"],
+    "properties": {
+        "nodeid": {"type": "string"},
+        "before_ms": {"type": "number"},
+        "after_ms": {"type": "number"},
+        "causes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["what", "ms", "share", "evidence"],
+                "properties": {
+                    "what": {"type": "string"},
+                    "ms": {"type": "number"},
+                    "share": {"type": ["number", "null"]},
+                    "evidence": {"type": "string"},
+                },
+            },
+        },
+        "unexplained_ms": {"type": "number"},
+    },
+}
 _UNDECIDED = {
     "type": "object",
     "required": ["metric", "why", "decide", "moved"],

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pytest_gpuprof.verdict.change import Change
 from pytest_gpuprof.verdict.compare import change_lines, inert_causes, inert_gates, kernel_names, regressions
+from pytest_gpuprof.verdict.explain import WHY_SHOWN, Explanation
 from pytest_gpuprof.verdict.thresholds import Threshold
 
 
@@ -42,6 +43,8 @@ class Comparison:
     why_not: str | None = None
     error: bool = False  # the comparison itself failed (``why_not`` says how): an error of the run
     confirmed: int = 0  # the fresh runs of the test its regressions were put to (``confirmed``)
+    # why its wall time changed against the baseline's entry (``verdict.explain``)
+    explained: Explanation | None = None
 
     @property
     def regressed(self) -> list[Change]:
@@ -83,7 +86,14 @@ class Comparison:
             return [f"{self.nodeid}: {NEW}"]
         if self.status == "not compared":
             return [f"{self.nodeid}: not compared: {self.why_not}"]
-        return change_lines(self.nodeid, self.changes, self.note, self.gating, decided)
+        return [*change_lines(self.nodeid, self.changes, self.note, self.gating, decided), *self.why_lines()]
+
+    def why_lines(self, top: int = WHY_SHOWN) -> list[str]:
+        """Where it regressed: why its wall time changed, its largest causes first."""
+        if self.explained is None or not self.regressed:
+            return []
+        head, *causes = self.explained.lines(top)
+        return [f"  why: {head.split(': ', 1)[1]}", *(f"  {line}" for line in causes)]
 
     def failure(self) -> str | None:
         """The test's failure message, where it clearly regressed under a gating expression."""
@@ -97,6 +107,7 @@ class Comparison:
                 *([f"  note: {self.note}"] if self.note else []),
                 *([f"  confirmed by {_runs(self.confirmed)} of the test"] if self.confirmed else []),
                 *(f"  {c.describe(names)}" for c in regressed),
+                *self.why_lines(),
             ]
         )
 

@@ -223,6 +223,8 @@ def gate_entry(comparison: Comparison) -> dict[str, Any] | None:
     out: dict[str, Any] = {"decision": decided, "undecided": [u.to_dict() for u in undecided]}
     if comparison.confirmed:
         out["confirmed_by"] = comparison.confirmed  # fresh runs its regressions were put to
+    if comparison.explained is not None and comparison.regressed:
+        out["explain"] = comparison.explained.to_dict()  # why its wall time changed
     return out
 
 
@@ -264,6 +266,20 @@ def short_lines(entry: Mapping[str, Any]) -> list[str]:
     out = [fit(f"{nodeid}: {decided}"), *(fit(f"    {_short(c)}") for c in moved[:SHORT_CHANGES])]
     if len(moved) > SHORT_CHANGES:
         out.append(f"    and {len(moved) - SHORT_CHANGES} more (-v shows every line)")
+    return out + [fit(f"    {line}") for line in why_of(gate)]
+
+
+def why_of(gate: Mapping[str, Any] | None, top: int = 3) -> list[str]:
+    """A regressed test's largest causes of its change of wall time, from its ``gate``
+    entry's ``explain``: ``why: kernel fft slower +0.400 ms (95% of +0.420 ms)``."""
+    said = gate.get("explain") if isinstance(gate, Mapping) else None
+    if not isinstance(said, Mapping):
+        return []
+    change = float(said.get("after_ms") or 0.0) - float(said.get("before_ms") or 0.0)
+    out = []
+    for c in list(said.get("causes") or ())[:top]:
+        share = f"{c['share']:.0%} of " if isinstance(c.get("share"), float) else ""
+        out.append(f"why: {c.get('what')} {float(c.get('ms') or 0.0):+.3f} ms ({share}{change:+.3f} ms)")
     return out
 
 

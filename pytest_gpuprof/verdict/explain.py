@@ -15,14 +15,20 @@ what the terms do not sum to (rounding, a window cut differently) is shown as un
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Cause", "Explanation", "explain"]
+__all__ = ["Cause", "Explanation", "explain", "pooled"]
 
 # a change smaller than this (ms) is no cause
 FLOOR_MS = 1e-6
+# the causes a run of pairs keeps of each pair, largest first (``kept``): a test of many
+# kernels moves each by its noise, and a pair keeps a few numbers a test, not its report
+KEPT = 20
+# the causes a regressed test's lines show (the JSON keeps every one)
+WHY_SHOWN = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,12 @@ class Explanation:
         if abs(self.unexplained_ms) > 1e-3:
             out.append(f"  unexplained: {self.unexplained_ms:+.3f} ms")
         return out
+
+    def kept(self) -> Explanation:
+        """The explanation with its ``KEPT`` largest causes, the rest unexplained."""
+        causes = self.causes[:KEPT]
+        unexplained = self.unexplained_ms + sum(c.ms for c in self.causes[KEPT:])
+        return Explanation(self.nodeid, self.before_ms, self.after_ms, causes, unexplained)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,3 +167,27 @@ def explain(before: Mapping[str, Any], after: Mapping[str, Any]) -> Explanation:
     wall_b, wall_a = _number(mb, "wall_ms"), _number(ma, "wall_ms")
     unexplained = (wall_a - wall_b) - sum(c.ms for c in causes)
     return Explanation(str(after.get("nodeid", "")), wall_b, wall_a, tuple(causes), unexplained)
+
+
+def pooled(nodeid: str, pairs: Sequence[Explanation]) -> Explanation:
+    """Several pairs' explanations of one test as one (``gpuprof ab``, ``bisect``): each
+    cause at its median over the pairs (0 in a pair without it), the wall times at theirs,
+    each cause's evidence from the last pair that had it; the wall time after is the median
+    before plus the median change. Medians do not add up: what the causes' medians leave of
+    the median change is unexplained, and shown."""
+    if not pairs:
+        raise ValueError("no pair to explain")
+    names = list(dict.fromkeys(c.what for e in pairs for c in e.causes))
+    evidence = {c.what: c.evidence for e in pairs for c in e.causes if c.evidence}
+    sized = {n: statistics.median([next((c.ms for c in e.causes if c.what == n), 0.0) for e in pairs]) for n in names}
+    causes = sorted(
+        (
+            Cause(n, ms, f"median of {len(pairs)} pairs; last: {evidence.get(n, '-')}")
+            for n, ms in sized.items()
+            if abs(ms) > FLOOR_MS
+        ),
+        key=lambda c: -abs(c.ms),
+    )
+    before = statistics.median(e.before_ms for e in pairs)
+    change = statistics.median(e.change_ms for e in pairs)
+    return Explanation(nodeid, before, before + change, tuple(causes), change - sum(c.ms for c in causes))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_gpuprof.analysis.names import readable, short
 from pytest_gpuprof.analysis.trimmed import Trimmed
 from pytest_gpuprof.verdict.decision import AB_CONFIDENCE, MOST, ab_pairs_needed
+from pytest_gpuprof.verdict.explain import Cause, Explanation, explain, pooled
 from pytest_gpuprof.verdict.samples import samples_of
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
 
@@ -64,6 +65,10 @@ class Runs:
     metrics: tuple[str, ...]
     pairs: dict[str, list[tuple[Figures, Figures]]] = field(default_factory=dict)
     outcomes: dict[Side, dict[str, Counter[str]]] = field(default_factory=lambda: {"base": {}, "current": {}})
+    # each pair's explanation of each test's change of wall time: its walls and its largest
+    # causes' sizes (a few numbers a test a pair); each cause's evidence, its last pair's
+    explained: dict[str, list[tuple[float, float, tuple[tuple[str, float], ...]]]] = field(default_factory=dict)
+    evidence: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def add(self, base: dict[str, Any], current: dict[str, Any]) -> None:
         ours = {t["nodeid"]: t for t in current["tests"] if "crashed" not in t}
@@ -71,6 +76,7 @@ class Runs:
             if test["nodeid"] in ours and "crashed" not in test:
                 pair = (figures(test, self.metrics), figures(ours[test["nodeid"]], self.metrics))
                 self.pairs.setdefault(test["nodeid"], []).append(pair)
+                self._explain(test, ours[test["nodeid"]])
         sides: tuple[tuple[Side, dict[str, Any]], ...] = (("base", base), ("current", current))
         for side, report in sides:
             seen = self.outcomes[side]
@@ -79,6 +85,25 @@ class Runs:
                 words.setdefault(test["nodeid"], "failed" if "crashed" in test else str(test.get("outcome", "passed")))
             for nodeid, word in words.items():
                 seen.setdefault(nodeid, Counter())[word] += 1
+
+    def _explain(self, base: Entry, current: Entry) -> None:
+        e = explain(base, current).kept()
+        causes = tuple((sys.intern(c.what), c.ms) for c in e.causes)
+        self.explained.setdefault(e.nodeid, []).append((e.before_ms, e.after_ms, causes))
+        self.evidence.setdefault(e.nodeid, {}).update((c.what, c.evidence) for c in e.causes)
+
+    def why(self, nodeids: Sequence[str]) -> dict[str, Explanation]:
+        """Why each test's wall time changed, over its pairs (``explain.pooled``)."""
+        out = {}
+        for n in dict.fromkeys(nodeids):
+            said = self.evidence.get(n, {})
+            pairs = [
+                Explanation(n, b, a, tuple(Cause(w, ms, said.get(w, "")) for w, ms in causes), 0.0)
+                for b, a, causes in self.explained.get(n, ())
+            ]
+            if pairs:
+                out[n] = pooled(n, pairs)
+        return out
 
 
 def figures(test: Entry, metrics: Sequence[str]) -> Figures:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuprof.verdict.decision import Decision, fit
+from pytest_gpuprof.verdict.explain import WHY_SHOWN, Explanation
 from pytest_gpuprof.verdict.paired import Effect, Side, shown_in
 from pytest_gpuprof.verdict.thresholds import Threshold
 
@@ -28,6 +29,8 @@ class Outcome:
     gating: tuple[Threshold, ...]
     outcomes: dict[Side, dict[str, Counter[str]]] = field(default_factory=lambda: {"base": {}, "current": {}})
     dirty: list[str] = field(default_factory=list)
+    # why each regressed test's wall time changed, over its pairs (``explain.pooled``)
+    explained: dict[str, Explanation] = field(default_factory=dict)
 
     @property
     def regressions(self) -> list[Effect]:
@@ -92,6 +95,11 @@ class Outcome:
             lines = [head, *(fit(f"  {e.brief()}") for e in moved)]
             if quiet:
                 lines.append(f"  {quiet} effect(s) unchanged (-v shows every line)")
+        return [*lines, *self.why_lines(), *self.notes(), self.verdict_line()]
+
+    def notes(self) -> list[str]:
+        """What failed, appeared, disappeared, was skipped or stayed undecided."""
+        lines = []
         for side, tests in self.failed().items():
             for nodeid, seen in sorted(tests.items()):
                 lines.append(f"  {nodeid}: failed in {SIDES[side]} ({_runs(seen)})")
@@ -101,7 +109,16 @@ class Outcome:
         lines += [f"  {n}: skipped in head, run in base: nothing of it was compared" for n in self.skipped_in_head()]
         for e in self.undecided():
             lines.append(f"  {e.nodeid}: undecided: {e.label}: {self._why(e)}")
-        return [*lines, self.verdict_line()]
+        return lines
+
+    def why_lines(self, top: int = WHY_SHOWN) -> list[str]:
+        """Each regressed test's largest causes of its change of wall time, over its pairs."""
+        out = []
+        for nodeid, e in sorted(self.explained.items()):
+            shown = e.lines(top)
+            out += [f"  why {nodeid}: wall {shown[0].split(': wall ', 1)[1]} (median of pairs)"]
+            out += [fit(f"    {line.strip()}") for line in shown[1:]]
+        return out
 
     @staticmethod
     def _why(e: Effect) -> str:
@@ -165,6 +182,7 @@ class Outcome:
             "removed": removed,
             "skipped_in_head": self.skipped_in_head(),
             "dirty": self.dirty,
+            "explain": {n: e.to_dict() for n, e in sorted(self.explained.items())},
             "verdict": self.verdict_line(),
         }
 
@@ -180,7 +198,11 @@ class Outcome:
                 "",
                 f"### gpuprof ab: base `{self.base}` ({self.commit[:12]}) against this tree, {self.pairs} pairs",
                 "",
-                *(f"- {line.strip()}" for line in self.lines()[1 + len(self.effects) : -1]),
+                *(f"- {line.strip()}" for line in self.notes()),
+                *(
+                    f"- {line.strip()}" if line.startswith("  why") else f"  - {line.strip()}"
+                    for line in self.why_lines()
+                ),
                 "",
                 "| test | metric | effect | 96% interval | pairs | verdict |",
                 "|---|---|---|---|---|---|",

@@ -47,6 +47,9 @@ def test_a_five_percent_slowdown_at_the_eleventh_of_sixteen_commits_is_found_in_
     assert f"its parent {commits[9][:12]} reads the same as GOOD" in out
     assert f"{commits[10]} commit 11 (ab, " in out  # hash, subject, author, date
     assert "test_perf.py::test_kernels: kernel_ms +5." in out and "regression" in out
+    # why the culprit is slower: its kernel, over the culprit step's pairs
+    why = lines.index(next(line for line in lines if line.startswith("  why test_perf.py::test_kernels: wall ")))
+    assert lines[why + 1].startswith("    kernel fft slower: +0.") and "median of 3 pairs" in lines[why + 1], out
     assert _state(root) == before
 
 

@@ -115,3 +115,72 @@ def test_the_causes_sum_to_the_change_of_wall_time(kernels, kernels_after, idle,
     found = explain(entry(kernels, idle, stray[0]), entry(kernels_after, idle_after, stray[1]))
     assert sum(c.ms for c in found.causes) + found.unexplained_ms == pytest.approx(found.change_ms, abs=1e-9)
     assert abs(found.unexplained_ms) < 1e-6
+
+
+_CAUSE_NAMES = ("kernel a slower", "kernel b appeared", "idle in step upload", "idle in no step")
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1, 100),
+            st.floats(-50, 50),
+            st.dictionaries(st.sampled_from(_CAUSE_NAMES), st.floats(-20, 20).filter(lambda x: abs(x) > 1e-3)),
+        ),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_pooled_pairs_take_each_causes_median_with_absent_as_zero_and_leave_the_rest_unexplained(pairs):
+    """``gpuprof ab`` and ``bisect`` explain a regressed test over its pairs: each cause is
+    its median over the pairs, a pair without it counting 0 (brute force below); the
+    causes and the unexplained sum to the median change exactly."""
+    import statistics
+
+    from pytest_gpuprof.verdict.explain import Cause, Explanation, pooled
+
+    made = [
+        Explanation("t", before, before + change, tuple(Cause(w, ms, f"e{i}") for w, ms in causes.items()), 0.0)
+        for i, (before, change, causes) in enumerate(pairs)
+    ]
+    found = pooled("t", made)
+    expected = {w: statistics.median([c.get(w, 0.0) for _, _, c in pairs]) for w in _CAUSE_NAMES}
+    expected = {w: ms for w, ms in expected.items() if abs(ms) > 1e-6}
+    assert {c.what: c.ms for c in found.causes} == pytest.approx(expected)
+    assert [abs(c.ms) for c in found.causes] == sorted((abs(c.ms) for c in found.causes), reverse=True)
+    change = statistics.median([change for _, change, _ in pairs])
+    assert found.change_ms == pytest.approx(change)
+    assert sum(c.ms for c in found.causes) + found.unexplained_ms == pytest.approx(change)
+    for c in found.causes:  # the evidence of the last pair that had the cause
+        last = max(i for i, (_, _, causes) in enumerate(pairs) if c.what in causes)
+        assert c.evidence.endswith(f"last: e{last}")
+
+
+def test_a_regression_the_pytest_gate_finds_says_why_everywhere_it_is_read(pytester, monkeypatch):
+    """Under ``--gpu-compare-fail``, a regressed test's failure, its report section, the
+    terminal summary, its JSON ``gate`` entry, the step summary and the HTML page each say
+    why its wall time changed against the baseline's entry, its kernel first; an unchanged
+    test is explained nowhere."""
+    pytester.makepyfile(test_pipeline=PIPELINE)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    base = pytester.runpytest("--gpu-host-clock=virtual", "--gpu-rounds=5", "--gpu-save=main", "-p", "no:randomly")
+    base.assert_outcomes(passed=1)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GPUPROF_CHANGE", "slower")
+    args = ["--gpu-host-clock=virtual", "--gpu-rounds=5", "--gpu-compare=main", "--gpu-compare-fail=kernel_ms:+5%"]
+    args += ["-p", "no:randomly"]
+    result = pytester.runpytest(*args, "--gpu-report=r.json", "--gpu-html=p.html", "--gpu-compare-confirm=0")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "  why: wall 6.796 -> 7.196 ms" in out and "    kernel fft slower: +0.400 ms (100% of" in out, out
+    assert "      why: kernel fft slower +0.400 ms (100% of +0.400 ms)" in out  # the short comparison
+    gate = json.loads((pytester.path / "r.json").read_text())["tests"][0]["gate"]
+    assert gate["decision"] == "regression" and gate["explain"]["causes"][0]["what"] == "kernel fft slower"
+    assert "kernel fft slower" in summary.read_text().split("why:", 1)[1]
+    assert "why: kernel fft slower" in (pytester.path / "p.html").read_text()
+    monkeypatch.setenv("GPUPROF_CHANGE", "")
+    same = pytester.runpytest(*args, "--gpu-report=s.json")
+    same.assert_outcomes(passed=1)
+    assert "why" not in json.loads((pytester.path / "s.json").read_text())["tests"][0]["gate"]
+    assert "why:" not in same.stdout.str()
