@@ -174,6 +174,10 @@ _EXPLAIN = {
             },
         },
         "unexplained_ms": {"type": "number"},
+        # the device memory it held, before -> after, and the places that kept it
+        "memory": {"type": "object", "required": ["peak_before", "peak_after", "kept_before", "kept_after", "places"]},
+        # the causes one of the two records holds no facts for
+        "unjudged": {"type": "array", "items": {"type": "string"}},
     },
 }
 _UNDECIDED = {

@@ -29,6 +29,11 @@ FLOOR_MS = 1e-6
 KEPT = 20
 # the causes a regressed test's lines show (the JSON keeps every one)
 WHY_SHOWN = 3
+# copies of the same bytes and memory whose rate fell under this part of what it was are slower
+SLOWER_COPIES = 0.8
+# the same copies at their rate whose step's idle grew by more than this part of their own
+# time: they ran beside kernels before, and now alone
+OVERLAP_LOST = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +46,54 @@ class Cause:
 
 
 @dataclass(frozen=True, slots=True)
+class Memory:
+    """The change of a test's device memory: its peak, what it kept past the call
+    (allocated and not freed by the window's end), and each place that kept it (the code
+    that allocated it and its step), before and after, the largest change first."""
+
+    peak_before: int
+    peak_after: int
+    kept_before: int
+    kept_after: int
+    places: tuple[tuple[str, int, int], ...]  # (where and step, bytes before, bytes after)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"  device memory: peak {_mib(self.peak_before)} -> {_mib(self.peak_after)}, kept past the call "
+            f"{_mib(self.kept_before)} -> {_mib(self.kept_after)}"
+        ]
+        change = self.kept_after - self.kept_before
+        for where, before, after in self.places:
+            share = f" ({(after - before) / change:.0%} of the change)" if change else ""
+            out.append(f"    kept by {where}: {_mib(before)} -> {_mib(after)}{share}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_before": self.peak_before,
+            "peak_after": self.peak_after,
+            "kept_before": self.kept_before,
+            "kept_after": self.kept_after,
+            "places": [{"where": w, "before": b, "after": a} for w, b, a in self.places],
+        }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     nodeid: str
     before_ms: float
     after_ms: float
     causes: tuple[Cause, ...]  # largest first
     unexplained_ms: float
+    # the change of the device memory it held: its peak, then each step's part of the
+    # memory kept past the call (bytes; ``Memory``)
+    memory: Memory | None = None
+    # what one of the two records cannot tell (an older record, a source that sees less)
+    unjudged: tuple[str, ...] = ()
 
     @property
     def change_ms(self) -> float:
@@ -66,13 +113,17 @@ class Explanation:
             out.append(f"  and {len(self.causes) - top} smaller causes")
         if abs(self.unexplained_ms) > 1e-3:
             out.append(f"  unexplained: {self.unexplained_ms:+.3f} ms")
+        if self.memory is not None:
+            out += self.memory.lines()
+        if self.unjudged:
+            out.append(f"  not judged: {'; '.join(self.unjudged)}")
         return out
 
     def kept(self) -> Explanation:
         """The explanation with its ``KEPT`` largest causes, the rest unexplained."""
         causes = self.causes[:KEPT]
         unexplained = self.unexplained_ms + sum(c.ms for c in self.causes[KEPT:])
-        return Explanation(self.nodeid, self.before_ms, self.after_ms, causes, unexplained)
+        return Explanation(self.nodeid, self.before_ms, self.after_ms, causes, unexplained, self.memory, self.unjudged)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +134,8 @@ class Explanation:
                 {"what": c.what, "ms": c.ms, "share": self.share(c), "evidence": c.evidence} for c in self.causes
             ],
             "unexplained_ms": self.unexplained_ms,
+            **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
+            **({"unjudged": list(self.unjudged)} if self.unjudged else {}),
         }
 
 
@@ -122,9 +175,52 @@ def _kernels(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]
             kind = "more launches" if (la.get("count") or 0) > (lb.get("count") or 0) else "fewer launches"
             evidence.append(f"launches {lb.get('count')} -> {la.get('count')}")
         if lb and la and (lb.get("blocks"), lb.get("threads")) != (la.get("blocks"), la.get("threads")):
+            kind = "launch geometry changed"
             evidence.append(f"grid {lb.get('blocks')}x{lb.get('threads')} -> {la.get('blocks')}x{la.get('threads')}")
         out.append(Cause(f"kernel {name} {kind}", d * scale, "; ".join(evidence)))
-    return out
+    return _renamed(out, launches_b, launches_a)
+
+
+def _renamed(causes: list[Cause], before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
+    """A kernel that vanished and one that appeared with as many launches, alone of their
+    kind, as one cause: a library choosing another kernel for the same call (a cuBLAS
+    algorithm, TF32). Matched by the launch count only (records name no call site), and said so."""
+    gone = [c for c in causes if c.what.endswith(" vanished")]
+    new = [c for c in causes if c.what.endswith(" appeared")]
+    if len(gone) != 1 or len(new) != 1:
+        return causes
+    old_name = gone[0].what.removeprefix("kernel ").removesuffix(" vanished")
+    new_name = new[0].what.removeprefix("kernel ").removesuffix(" appeared")
+    count = before.get(old_name, {}).get("count")
+    if count is None or count != after.get(new_name, {}).get("count"):
+        return causes
+    swapped = Cause(
+        f"kernel {old_name} replaced by {new_name}",
+        gone[0].ms + new[0].ms,
+        f"matched by their launches ({count} each); {gone[0].evidence} and {new[0].evidence}",
+    )
+    return [c for c in causes if c not in (gone[0], new[0])] + [swapped]
+
+
+def _host_ms(steps: Mapping[str, Any], name: str) -> float:
+    return _number(steps.get(name) or {}, "host_ms")
+
+
+def _waiter(before: Mapping[str, Any], after: Mapping[str, Any], idle_in: str, grown: float) -> str | None:
+    """The step whose host time grew most, by at least half of ``grown`` ms of idle in step
+    ``idle_in``: where the host now waits for what idled the device (a new synchronization,
+    or a wait that work beside it used to hide)."""
+    if grown <= FLOOR_MS:
+        return None
+    waits = {n: _host_ms(after, n) - _host_ms(before, n) for n in after if n != idle_in}
+    name = max(waits, key=lambda n: (waits[n], n), default=None)
+    return name if name is not None and waits[name] >= grown / 2 else None
+
+
+def _copy_ms(step: Mapping[str, Any]) -> float:
+    """How long a step's copies took at their rate (bytes per ns is GB/s)."""
+    gbps = _number(step, "gbps")
+    return _number(step, "bytes") / gbps / 1e6 if gbps > 0 else 0.0
 
 
 def _copies(step: Mapping[str, Any]) -> str:
@@ -147,11 +243,23 @@ def _idle(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
         evidence = f"idle {_number(sb, 'idle_ms'):.3f} -> {_number(sa, 'idle_ms'):.3f} ms"
         copies_b, copies_a = _copies(sb), _copies(sa)
         what = f"idle in step {name}"
-        if copies_b != copies_a:
+        same = _number(sb, "bytes") == _number(sa, "bytes") and bool(sb.get("pageable")) == bool(sa.get("pageable"))
+        if copies_b and same and _number(sa, "gbps") < SLOWER_COPIES * _number(sb, "gbps"):
+            what = f"copies in step {name} slower"
+        elif copies_b and same and d > OVERLAP_LOST * _copy_ms(sb):
+            what = f"overlap lost in step {name}"  # the same copies, at their rate, beside no kernel now
+        elif copies_b != copies_a:
             what = f"copies in step {name}"
+        if copies_b or copies_a:
             evidence += f"; copies {copies_b or 'none'} -> {copies_a or 'none'}"
         if name not in steps_b:
             what += " (a new step)"
+        waiter = _waiter(steps_b, steps_a, name, d)
+        if waiter is not None:
+            what += f", waited for in step {waiter}" + (" (a new step)" if waiter not in steps_b else "")
+            evidence += (
+                f"; the host waited in step {waiter} {_host_ms(steps_a, waiter) - _host_ms(steps_b, waiter):+.3f} ms"
+            )
         out.append(Cause(what, d, evidence))
     d = _number(after, "unattributed_ms") - _number(before, "unattributed_ms")
     if abs(d) > FLOOR_MS:
@@ -166,7 +274,43 @@ def explain(before: Mapping[str, Any], after: Mapping[str, Any]) -> Explanation:
     causes.sort(key=lambda c: -abs(c.ms))
     wall_b, wall_a = _number(mb, "wall_ms"), _number(ma, "wall_ms")
     unexplained = (wall_a - wall_b) - sum(c.ms for c in causes)
-    return Explanation(str(after.get("nodeid", "")), wall_b, wall_a, tuple(causes), unexplained)
+    return Explanation(
+        str(after.get("nodeid", "")), wall_b, wall_a, tuple(causes), unexplained, _memory(mb, ma), _unjudged(mb, ma)
+    )
+
+
+def _unjudged(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """The causes one of the two records holds no facts for."""
+    lacks = {
+        "launches and geometry (no kernel summary)": "top_kernels",
+        "each kernel's time (no kernel totals)": "kernel_totals",
+        "device memory (not recorded)": "memory",
+    }
+    return tuple(said for said, key in lacks.items() if not (before.get(key) and after.get(key)))
+
+
+def _memory(before: Mapping[str, Any], after: Mapping[str, Any]) -> Memory | None:
+    """The change of the device memory a test held, where both runs' records know it."""
+    b, a = before.get("memory") or {}, after.get("memory") or {}
+    peak_b, peak_a = b.get("peak_bytes"), a.get("peak_bytes")
+    if not isinstance(peak_b, int) or not isinstance(peak_a, int):
+        return None
+    kept_b, kept_a = int(b.get("leaked_bytes") or 0), int(a.get("leaked_bytes") or 0)
+    if (peak_a, kept_a) == (peak_b, kept_b):
+        return None
+    places_b, places_a = _kept_places(b), _kept_places(a)
+    places = [(w, places_b.get(w, 0), places_a.get(w, 0)) for w in {*places_b, *places_a}]
+    places = sorted((p for p in places if p[1] != p[2]), key=lambda p: (-abs(p[2] - p[1]), p[0]))
+    return Memory(peak_b, peak_a, kept_b, kept_a, tuple(places))
+
+
+def _kept_places(memory: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for leak in memory.get("leaks") or ():
+        if isinstance(leak, Mapping) and isinstance(leak.get("bytes"), int):
+            where = f"step {leak.get('step') or '-'} at {leak.get('where') or '?'}"
+            out[where] = out.get(where, 0) + leak["bytes"]
+    return out
 
 
 def pooled(nodeid: str, pairs: Sequence[Explanation]) -> Explanation:

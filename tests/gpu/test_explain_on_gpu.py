@@ -98,6 +98,7 @@ def test_explain_puts_the_change_made_first(case, tmp_path, plugin_args):
     assert abs(total - change_ms) < 1e-6
     if case == "pageable upload":
         assert "pinned -> " in first["evidence"] and "pageable" in first["evidence"]
-    if case == "tf32 kernels off":
-        kinds = {c["what"].rsplit(" ", 1)[-1] for c in explained["causes"] if c["what"].startswith("kernel ")}
-        assert {"appeared", "vanished"} <= kinds, explained["causes"][:6]
+    if case == "tf32 kernels off":  # cuBLAS's kernels swapped: matched as one, or each named
+        kernels = [c["what"] for c in explained["causes"] if c["what"].startswith("kernel ")]
+        swapped = any(" replaced by " in w for w in kernels)
+        assert swapped or {"appeared", "vanished"} <= {w.rsplit(" ", 1)[-1] for w in kernels}, kernels

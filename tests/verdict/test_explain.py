@@ -184,3 +184,89 @@ def test_a_regression_the_pytest_gate_finds_says_why_everywhere_it_is_read(pytes
     same.assert_outcomes(passed=1)
     assert "why" not in json.loads((pytester.path / "s.json").read_text())["tests"][0]["gate"]
     assert "why:" not in same.stdout.str()
+
+
+OVERLAP = """
+import os
+
+CHANGE = os.environ.get("GPUPROF_CHANGE", "")
+KEPT = []
+
+def test_overlap(gpuprof, gpu_workload):
+    copies, kernels = gpu_workload.backend.stream(), gpu_workload.backend.stream()
+
+    def body():
+        gpu_workload.upload(64 << 20, non_blocking=True, stream=kernels if "serial" in CHANGE else copies)
+        if "sync" in CHANGE:
+            gpu_workload.sync()
+        gpu_workload.compute(ms=8.0, kind="matmul" if "swap" in CHANGE else "fft", stream=kernels)
+        if "keep" in CHANGE:
+            with gpuprof.step("keep"):
+                KEPT.append(gpu_workload.alloc(32 << 20))
+        gpu_workload.backend.synchronize()
+
+    gpuprof.measure(body, rounds=3, warmup=0)
+"""
+
+
+@pytest.fixture
+def overlap(pytester):
+    pytester.makepyfile(test_overlap=OVERLAP)
+
+    def run(change):
+        os.environ["GPUPROF_CHANGE"] = change
+        try:
+            name = f"{change or 'base'}.json"
+            pytester.runpytest("--gpu-host-clock=virtual", f"--gpu-report={name}", "-p", "no:randomly")
+        finally:
+            del os.environ["GPUPROF_CHANGE"]
+        return json.loads(pytester.path.joinpath(name).read_text())["tests"][0]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("change", "first"),
+    [
+        # the upload queued behind the kernels: the same copy at its rate, beside no kernel now
+        ("serial", "overlap lost in step upload, waited for in step compute"),
+        # a synchronize added after the upload: the host waits in a new step
+        ("sync", "overlap lost in step upload, waited for in step sync (a new step)"),
+    ],
+)
+def test_lost_overlap_and_a_new_synchronization_are_named_with_where_the_host_waits(overlap, change, first):
+    found = explain(overlap(""), overlap(change))
+    assert found.change_ms == pytest.approx(2.796, abs=0.01)  # 64 MiB at the virtual clock's 24 GB/s
+    assert found.causes[0].what == first, found.lines()
+    assert found.share(found.causes[0]) >= 0.8
+
+
+def test_a_library_swapping_one_kernel_for_another_is_one_cause_matched_by_launches(overlap):
+    found = explain(overlap(""), overlap("swap"))
+    (swap,) = [c for c in found.causes if c.what.startswith("kernel ")]
+    assert swap.what == "kernel fft replaced by matmul" and "matched by their launches (1 each)" in swap.evidence
+
+
+def test_a_buffer_kept_past_the_call_is_the_memory_change_named_by_its_step_and_line(overlap):
+    found = explain(overlap(""), overlap("keep"))
+    memory = found.memory
+    assert memory is not None and (memory.kept_before, memory.kept_after) == (0, 32 << 20)
+    where, before, after = memory.places[0]
+    assert where.startswith("step alloc at test_overlap.py:") and (before, after) == (0, 32 << 20)
+    assert "kept by step alloc at test_overlap.py:" in "\n".join(found.lines())
+    assert "(100% of the change)" in found.lines()[-1]
+
+
+def test_what_a_record_lacks_is_said_not_judged():
+    """An older record without kernel summaries or memory: those causes are not judged, and
+    said so; the wall's split still sums."""
+    base = {"nodeid": "t", "metrics": {"wall_ms": 10.0, "kernel_ms": 6.0}}
+    head = {"nodeid": "t", "metrics": {"wall_ms": 12.0, "kernel_ms": 7.5}}
+    found = explain(base, head)
+    assert found.unjudged == (
+        "launches and geometry (no kernel summary)",
+        "each kernel's time (no kernel totals)",
+        "device memory (not recorded)",
+    )
+    assert found.causes[0].what == "kernel time" and found.unexplained_ms == pytest.approx(0.5)
+    assert found.lines()[-1].startswith("  not judged: launches and geometry")
