@@ -8,7 +8,7 @@ gpuprof prune --keep N [--storage URL] [--machine ID] [--name NAME]
 gpuprof export --format bmf|github-action-benchmark REPORT [-o OUT]
 gpuprof ab --base REF [--pairs N] [--max-pairs M] [--fail EXPR,...] [--report FILE] [--undecided warn|fail]
            [--run-timeout SECONDS] [--allow-dirty] -- [PYTEST ARGS]
-gpuprof explain BASE HEAD [--test PATTERN] [--json FILE]           why each test's wall time changed
+gpuprof explain BASE HEAD [--test PATTERN] [--json FILE] [-o FILE.html]  why each test's wall time changed
 gpuprof bisect GOOD BAD [--pairs N] [--max-pairs M] [--fail EXPR,...] [--seed S] [--run-timeout SECONDS]
                -- [PYTEST ARGS]                                    exit 1 naming the first regressed commit
 
@@ -447,38 +447,63 @@ def _pairing(p: argparse.ArgumentParser) -> None:
 def _add_explain(commands: Commands) -> None:
     p = commands.add_parser(
         "explain",
-        help="why each test's wall time changed between two reports, cause by cause",
-        description="split each test's change of wall time between BASE and HEAD (report files or URLs) into "
-        "its causes: each kernel's time (appeared, vanished, slower, faster, launches, grid) and each step's "
-        "kernel-idle (with its copies: bytes, rate, pinned or pageable), each with its size and share of the "
-        "change; what they do not sum to is shown as unexplained",
+        help="why each test's wall time changed between two runs, cause by cause",
+        description="split each test's change of wall time between BASE and HEAD into its causes: each kernel's "
+        "time (appeared, vanished, replaced, slower, faster, launches, geometry), each step's kernel-idle (its "
+        "copies: bytes, rate, pinned or pageable; overlap lost; where the host now waits), each with its size and "
+        "share of the change, what they do not sum to shown as unexplained; the device memory kept past the call "
+        "by step and line; the environment's changes; what a record cannot tell, said not judged",
     )
-    p.add_argument("base", type=Path, metavar="BASE", help="the report before")
+    p.add_argument(
+        "base", metavar="BASE", help="the run before: a report's file or URL, or a baseline name of --storage "
+        "(NAME, NAME~K, latest)"
+    )  # fmt: skip
     p.add_argument("head", type=Path, metavar="HEAD", help="the report after")
     p.add_argument("--test", default="*", metavar="PATTERN", help="test ids to explain (fnmatch), default all")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="every cause of every test as JSON")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.html", help="the explanations as a page")
     p.add_argument("--top", type=_positive, default=5, metavar="N", help="causes shown a test (default 5)")
+    _storage(p, "machine id of BASE's baseline (default: HEAD's)")
 
 
 def _explain(args: argparse.Namespace) -> int:
     import fnmatch
+    import html
     import json
 
-    from pytest_gpuprof.output.files import write_atomic
+    from pytest_gpuprof.baselines.gate import changed
     from pytest_gpuprof.verdict.explain import explain
 
-    base = {t["nodeid"]: t for t in load(args.base, strict=True)["tests"] if "crashed" not in t}
-    head = [t for t in load(args.head, strict=True)["tests"] if "crashed" not in t]
-    found = [explain(base[t["nodeid"]], t) for t in head if t["nodeid"] in base]
-    found = [e for e in found if fnmatch.fnmatchcase(e.nodeid, args.test)]
+    new = load(args.head, strict=True)
+    text = args.base if not Path(args.base).is_file() or "/" in args.base else f".{os.sep}{args.base}"
+    machine: Machine = {**new["machine"], "id": args.machine or new["machine"]["id"]}
+    gate = Gate.open(text, machine, (), storage=args.storage, any_machine=True)
+    assert gate is not None  # only a saving run may find no baseline
+    found, missing, environment = [], [], {}
+    for test in (t for t in new["tests"] if "crashed" not in t and fnmatch.fnmatchcase(t["nodeid"], args.test)):
+        held = gate.reference.entry(test["nodeid"])
+        if held is None:
+            missing.append(test["nodeid"])
+            continue
+        found.append(explain(held[0], test))
+        environment = dict(held[1].environment)
+    lines = [f"gpuprof explain: {gate.where} against {args.head}"]
+    moved = changed(environment, {str(k): str(v) for k, v in (new["machine"].get("environment") or {}).items()})
+    if moved:
+        lines.append(f"the environment changed: {', '.join(moved)}")
     for e in sorted(found, key=lambda e: -abs(e.change_ms)):
-        print("\n".join(e.lines(args.top)))
-    missing = sorted({t["nodeid"] for t in head} ^ set(base))
+        lines += e.lines(args.top)
     if missing:
-        print(f"gpuprof explain: {len(missing)} test(s) in one report only: {', '.join(missing[:5])}")
-    if args.json is not None:
-        _output(args.json)
-        write_atomic(args.json, json.dumps([e.to_dict() for e in found], indent=2) + "\n")
+        lines.append(f"gpuprof explain: {len(missing)} test(s) BASE does not hold: {', '.join(missing[:5])}")
+    print("\n".join(lines))
+    documents = {"json": json.dumps([e.to_dict() for e in found], indent=2) + "\n"}
+    documents["output"] = (
+        f"<!doctype html><meta charset=utf-8><title>gpuprof explain</title><pre>{html.escape(chr(10).join(lines))}</pre>\n"
+    )
+    for name, document in documents.items():
+        if (path := getattr(args, name)) is not None:
+            _output(path)
+            write_atomic(path, document)
     return 0
 
 

@@ -270,3 +270,30 @@ def test_what_a_record_lacks_is_said_not_judged():
     )
     assert found.causes[0].what == "kernel time" and found.unexplained_ms == pytest.approx(0.5)
     assert found.lines()[-1].startswith("  not judged: launches and geometry")
+
+
+def test_base_may_be_a_stored_baseline_name_and_a_changed_environment_is_said_first(overlap, pytester, capsys):
+    """BASE takes what ``--gpu-compare`` takes: a baseline name of the store, here the run
+    saved as ``main``; a library whose version changed between the runs is said before the
+    causes; ``-o`` writes the explanation as a page."""
+    os.environ["GPUPROF_CHANGE"] = ""
+    try:
+        pytester.runpytest("--gpu-host-clock=virtual", "--gpu-save=main", "-p", "no:randomly").assert_outcomes(passed=1)
+    finally:
+        del os.environ["GPUPROF_CHANGE"]
+    overlap("serial")
+    head = pytester.path / "serial.json"
+    report = json.loads(head.read_text())
+    report["machine"]["environment"] = {**report["machine"]["environment"], "host clock": "a later one"}
+    head.write_text(json.dumps(report))
+    page = pytester.path / "why.html"
+    capsys.readouterr()  # the pytest runs' own output
+    rc = cli.main(["explain", "main", str(head), "--storage", str(pytester.path / ".gpuprof"), "-o", str(page)])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].startswith("gpuprof explain: ") and "main@" in out[0]
+    assert out[1] == "the environment changed: host clock virtual -> a later one"
+    assert out[3].startswith("  overlap lost in step upload, waited for in step compute: +2.796 ms (100% of the change)")
+    assert "overlap lost in step upload" in page.read_text() and page.read_text().startswith("<!doctype html>")
+    assert cli.main(["explain", "nosuchname", str(head), "--storage", str(pytester.path / ".gpuprof")]) == 2
+    assert "nosuchname" in capsys.readouterr().err
