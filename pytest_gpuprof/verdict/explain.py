@@ -34,6 +34,8 @@ SLOWER_COPIES = 0.8
 # the same copies at their rate whose step's idle grew by more than this part of their own
 # time: they ran beside kernels before, and now alone
 OVERLAP_LOST = 0.25
+# a kernel whose cycles (time x SM clock) moved less than this took the same work
+SAME_CYCLES = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +176,26 @@ def _kernels(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]
         if lb and la and lb.get("count") != la.get("count"):
             kind = "more launches" if (la.get("count") or 0) > (lb.get("count") or 0) else "fewer launches"
             evidence.append(f"launches {lb.get('count')} -> {la.get('count')}")
+        clock = _by_clock(before, after, b, a)
+        if clock is not None:
+            kind, evidence = f"{kind} only by the SM clock", [*evidence, clock]
         if lb and la and (lb.get("blocks"), lb.get("threads")) != (la.get("blocks"), la.get("threads")):
             kind = "launch geometry changed"
             evidence.append(f"grid {lb.get('blocks')}x{lb.get('threads')} -> {la.get('blocks')}x{la.get('threads')}")
         out.append(Cause(f"kernel {name} {kind}", d * scale, "; ".join(evidence)))
     return _renamed(out, launches_b, launches_a)
+
+
+def _by_clock(before: Mapping[str, Any], after: Mapping[str, Any], total_b: float, total_a: float) -> str | None:
+    """Where both runs' SM clocks are known and moved, and a kernel took the same cycles:
+    what says that its time changed by the clock alone (a throttled or boosted card)."""
+    clock_b = _number(before.get("nvml") or {}, "sm_clock_mhz")
+    clock_a = _number(after.get("nvml") or {}, "sm_clock_mhz")
+    if not (clock_b and clock_a and total_b and total_a) or abs(clock_a / clock_b - 1) < SAME_CYCLES:
+        return None
+    if abs((total_a * clock_a) / (total_b * clock_b) - 1) >= SAME_CYCLES:
+        return None
+    return f"SM clock {clock_b:.0f} -> {clock_a:.0f} MHz, its cycles the same within {SAME_CYCLES:.0%}"
 
 
 def _renamed(causes: list[Cause], before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:

@@ -297,3 +297,33 @@ def test_base_may_be_a_stored_baseline_name_and_a_changed_environment_is_said_fi
     assert "overlap lost in step upload" in page.read_text() and page.read_text().startswith("<!doctype html>")
     assert cli.main(["explain", "nosuchname", str(head), "--storage", str(pytester.path / ".gpuprof")]) == 2
     assert "nosuchname" in capsys.readouterr().err
+
+
+def _entry(total_ms, *, clock=None, count=10, blocks=256):
+    metrics = {
+        "wall_ms": total_ms + 2.0,
+        "kernel_ms": total_ms,
+        "kernel_totals": {"gemm": total_ms},
+        "top_kernels": [{"name": "gemm", "count": count, "blocks": blocks, "threads": 128}],
+        **({"nvml": {"sm_clock_mhz": clock}} if clock else {}),
+    }
+    return {"nodeid": "t", "metrics": metrics}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "first", "evidence"),
+    [
+        # the same cycles at a lower clock: the card, not the code
+        (_entry(10.0, clock=1980), _entry(11.0, clock=1800), "kernel gemm slower only by the SM clock", "SM clock 1980 -> 1800 MHz"),
+        # more cycles at the same clock: the code
+        (_entry(10.0, clock=1980), _entry(11.0, clock=1980), "kernel gemm slower", "total 10.000 -> 11.000 ms"),
+        # the grid halved: said as a change of the launch, with both grids
+        (_entry(10.0), _entry(14.0, blocks=128), "kernel gemm launch geometry changed", "grid 256x128 -> 128x128"),
+        # twice the launches
+        (_entry(10.0), _entry(20.0, count=20), "kernel gemm more launches", "launches 10 -> 20"),
+    ],
+)  # fmt: skip
+def test_a_kernels_change_is_named_by_what_changed_clock_geometry_or_launches(before, after, first, evidence):
+    found = explain(before, after)
+    assert found.causes[0].what == first and evidence in found.causes[0].evidence, found.lines()
+    assert found.share(found.causes[0]) == pytest.approx(1.0)
