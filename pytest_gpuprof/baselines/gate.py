@@ -28,7 +28,7 @@ from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, Threshold, par
 
 if TYPE_CHECKING:
     from pytest_gpuprof.output.report import Machine
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 # what a comparison with a report's file says: one run holds no spread between runs
 FILE_NOTE = (

@@ -18,7 +18,7 @@ from pytest_gpuprof.output.files import read_regular
 from pytest_gpuprof.output.schema import SCHEMA
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 
 class BaselineError(ValueError):

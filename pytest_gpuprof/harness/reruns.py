@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_gpuprof.harness.config import Settings
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 # a fresh run that takes longer than this is ended, and confirms nothing
 TIMEOUT_S = 1800.0

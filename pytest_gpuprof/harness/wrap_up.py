@@ -22,7 +22,7 @@ from pytest_gpuprof.output.views import TestView
 if TYPE_CHECKING:
     from pytest_gpuprof.baselines.rule import RunFacts
     from pytest_gpuprof.output.report import Machine
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
     from pytest_gpuprof.verdict.run_gate import RunGate
 
 

@@ -19,7 +19,8 @@ from pytest_gpuprof.analysis.timeline import Timeline
 from pytest_gpuprof.output.page import PAGE
 from pytest_gpuprof.output.text import describe_breach, explain, explain_memory
 from pytest_gpuprof.verdict.decision import why_of
-from pytest_gpuprof.verdict.record import Entry, GpuRecord
+from pytest_gpuprof.verdict.entry import Entry
+from pytest_gpuprof.verdict.record import GpuRecord
 
 if TYPE_CHECKING:
     from pytest_gpuprof.output.report import Machine

@@ -14,7 +14,8 @@ from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.output import columns
 from pytest_gpuprof.output.schema import SCHEMA
 from pytest_gpuprof.output.text import describe_breach, explain, memory_top, ms, pct
-from pytest_gpuprof.verdict.record import Entry, GpuRecord, WindowBreach
+from pytest_gpuprof.verdict.entry import Entry
+from pytest_gpuprof.verdict.record import GpuRecord, WindowBreach
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.run_gate import RunGate

@@ -18,7 +18,8 @@ from pytest_gpuprof.output.views import TestResult, TestView
 if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.output.report import Machine
-    from pytest_gpuprof.verdict.record import Entry, GpuRecord
+    from pytest_gpuprof.verdict.entry import Entry
+    from pytest_gpuprof.verdict.record import GpuRecord
     from pytest_gpuprof.verdict.run_gate import RunGate
 
 

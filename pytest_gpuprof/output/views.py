@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from pytest_gpuprof.analysis.timeline import Timeline
     from pytest_gpuprof.output.report import Machine
     from pytest_gpuprof.verdict.comparison import Comparison
-    from pytest_gpuprof.verdict.record import Entry, GpuRecord
+    from pytest_gpuprof.verdict.entry import Entry
+from pytest_gpuprof.verdict.record import GpuRecord
 
 
 @dataclass

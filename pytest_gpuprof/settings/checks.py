@@ -10,14 +10,22 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from pytest_gpuprof.verdict import validate as check
 from pytest_gpuprof.verdict.budget import Budget, BudgetError, parse_budget
 from pytest_gpuprof.verdict.validate import Number
 
-if TYPE_CHECKING:
-    from pytest_gpuprof.settings.options import Option
+
+class Keyed(Protocol):
+    """A row of the settings table as the file's keys read it (``options.Option``)."""
+
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def choices(self) -> tuple[str, ...] | None: ...
+    @property
+    def number(self) -> Number | None: ...
 
 
 class FileKeys(NamedTuple):
@@ -28,7 +36,7 @@ class FileKeys(NamedTuple):
     text: tuple[str, ...]
 
     @classmethod
-    def of(cls, options: Iterable[Option]) -> FileKeys:
+    def of(cls, options: Iterable[Keyed]) -> FileKeys:
         keyed = [o for o in options if o.key]
         return cls(
             {o.key: o.choices for o in keyed if o.key and o.choices},

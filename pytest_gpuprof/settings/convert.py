@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.thresholds import Threshold
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # the value a flag is given, the file's value and the run's facts: a converter reads them
 Convert = Callable[[Any, "Given"], Any]
 __all__ = ["Convert", "Given"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,29 +117,26 @@ def thresholds(value: list[str] | None, _: Given) -> tuple[Threshold, ...]:
 
 
 def columns(value: str | None, _: Given) -> tuple[str, ...] | None:
-    from pytest_gpuprof.settings.checks import ConfigError
+    from pytest_gpuprof.output.columns import parse_columns
 
-    if value is None:
-        return None
-    from pytest_gpuprof.output.columns import ColumnError, parse_columns
-
-    try:
-        return parse_columns(value)
-    except ColumnError as e:
-        raise ConfigError(f"--gpu-columns={value}: {e}") from None
+    return None if value is None else _shaped("--gpu-columns", value, parse_columns)
 
 
 def sort(value: str | None, _: Given) -> str | None:
+    from pytest_gpuprof.output.columns import check_sort
+
+    return None if value is None else _shaped("--gpu-sort", value, check_sort)
+
+
+def _shaped(flag: str, value: str, check: Callable[[str], T]) -> T:
+    """A setting of the terminal table's shape, checked by ``output.columns``."""
+    from pytest_gpuprof.output.columns import ColumnError
     from pytest_gpuprof.settings.checks import ConfigError
 
-    if value is None:
-        return None
-    from pytest_gpuprof.output.columns import ColumnError, check_sort
-
     try:
-        return check_sort(value)
+        return check(value)
     except ColumnError as e:
-        raise ConfigError(f"--gpu-sort={value}: {e}") from None
+        raise ConfigError(f"{flag}={value}: {e}") from None
 
 
 def baseline_name(value: str | None, given: Given) -> str | None:

@@ -36,7 +36,7 @@ from pytest_gpuprof.verdict.samples import samples_of, value_at
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 
 def kernel_names(changes: Iterable[Change]) -> dict[str, str]:

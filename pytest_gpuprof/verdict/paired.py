@@ -30,7 +30,7 @@ from pytest_gpuprof.verdict.samples import samples_of
 from pytest_gpuprof.verdict.thresholds import KERNELS, Threshold, kernel_metric
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 Side = Literal["base", "current"]
 Verdict = Literal["regression", "improvement", "unchanged", "unsure", "clock", "missing"]

@@ -9,46 +9,18 @@ device, leaks) with ``dataclasses.replace``. Nothing else writes a field of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuprof.analysis.metrics import Metrics
 from pytest_gpuprof.analysis.model import RECORDS_LOST
 from pytest_gpuprof.verdict.budget import Breach, Budget, not_measured
+from pytest_gpuprof.verdict.entry import Entry
 from pytest_gpuprof.verdict.outcome import Check, TestVerdict
 
 if TYPE_CHECKING:
     from pytest_gpuprof.verdict.comparison import Comparison
 
 __all__ = ["Compared", "Ending", "GpuRecord", "WindowBreach"]
-
-
-class Entry(TypedDict, total=False):
-    """A test's entry of the JSON report (``GpuRecord.to_dict``; ``report.schema.json`` has
-    each field's meaning): what the outputs, the baselines and the gate read of a test. A
-    crashed test's entry holds its ``nodeid``, ``outcome`` and why (``crashed``) alone."""
-
-    nodeid: str
-    outcome: str
-    reruns: int
-    crashed: str
-    metrics: dict[str, Any]
-    rounds: dict[str, dict[str, Any]]
-    budget: dict[str, Any]
-    windows: int
-    verdict: str
-    judgement: dict[str, Any]
-    device: int
-    waited_ms: float
-    waited_for: str
-    breached_windows: list[dict[str, Any]]
-    checks: list[dict[str, Any]]
-    baseline: dict[str, Any]
-    comparisons: list[dict[str, Any]]
-    gate: dict[str, Any]
-    outside_windows: list[str]
-    xfail: bool
-    examples: int
-    pooled: int  # a baseline's entry pooled from several runs: how many
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_gpuprof.analysis import descriptors
 
 if TYPE_CHECKING:
-    from pytest_gpuprof.verdict.record import Entry
+    from pytest_gpuprof.verdict.entry import Entry
 
 __all__ = ["samples_of", "split_path", "value_at"]
 
