@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["Cause", "Explanation", "explain", "pooled"]
@@ -45,6 +45,8 @@ class Cause:
     what: str
     ms: float
     evidence: str
+    # the figure whose rounds show it (a metric's path), where one does
+    path: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ def _kernels(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]
         if lb and la and (lb.get("blocks"), lb.get("threads")) != (la.get("blocks"), la.get("threads")):
             kind = "launch geometry changed"
             evidence.append(f"grid {lb.get('blocks')}x{lb.get('threads')} -> {la.get('blocks')}x{la.get('threads')}")
-        out.append(Cause(f"kernel {name} {kind}", d * scale, "; ".join(evidence)))
+        out.append(Cause(f"kernel {name} {kind}", d * scale, "; ".join(evidence), f"kernels.{name}.total_ms"))
     return _renamed(out, launches_b, launches_a)
 
 
@@ -277,23 +279,44 @@ def _idle(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
             evidence += (
                 f"; the host waited in step {waiter} {_host_ms(steps_a, waiter) - _host_ms(steps_b, waiter):+.3f} ms"
             )
-        out.append(Cause(what, d, evidence))
+        out.append(Cause(what, d, evidence, f"steps.{name}.idle_ms"))
     d = _number(after, "unattributed_ms") - _number(before, "unattributed_ms")
     if abs(d) > FLOOR_MS:
-        out.append(Cause("idle in no step", d, "kernel-idle that no step held (host code between steps)"))
+        out.append(
+            Cause("idle in no step", d, "kernel-idle that no step held (host code between steps)", "unattributed_ms")
+        )
     return out
 
 
 def explain(before: Mapping[str, Any], after: Mapping[str, Any]) -> Explanation:
     """The change of one test's wall time between two report entries, split into causes."""
     mb, ma = before.get("metrics") or {}, after.get("metrics") or {}
-    causes = [*_kernels(mb, ma), *_idle(mb, ma)]
+    causes = [_how_sure(c, before, after) for c in (*_kernels(mb, ma), *_idle(mb, ma))]
     causes.sort(key=lambda c: -abs(c.ms))
     wall_b, wall_a = _number(mb, "wall_ms"), _number(ma, "wall_ms")
     unexplained = (wall_a - wall_b) - sum(c.ms for c in causes)
     return Explanation(
         str(after.get("nodeid", "")), wall_b, wall_a, tuple(causes), unexplained, _memory(mb, ma), _unjudged(mb, ma)
     )
+
+
+def _how_sure(cause: Cause, before: Mapping[str, Any], after: Mapping[str, Any]) -> Cause:
+    """The cause with how sure its rounds make it: how many of the after run's rounds lie
+    beyond every round of the run before, the way it moved (``3 of 5 rounds past the
+    base's 4.000-4.012``)."""
+    rounds_b = ((before.get("rounds") or {}).get(cause.path) or {}).get("samples") or []
+    rounds_a = ((after.get("rounds") or {}).get(cause.path) or {}).get("samples") or []
+    if rounds_b and rounds_a:
+        low, high = min(rounds_b), max(rounds_b)
+        past = sum(r > high for r in rounds_a) if cause.ms > 0 else sum(r < low for r in rounds_a)
+        said = f"{past} of {len(rounds_a)} rounds past the base's {low:.3f}-{high:.3f}"
+    elif rounds_a:  # a kernel that appeared: in how many rounds
+        said = f"in {sum(r > 0 for r in rounds_a)} of {len(rounds_a)} rounds, in no round of the base"
+    elif rounds_b:
+        said = f"in no round now, in {sum(r > 0 for r in rounds_b)} of the base's {len(rounds_b)}"
+    else:
+        return cause
+    return replace(cause, evidence=f"{cause.evidence}; {said}")
 
 
 def _unjudged(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:

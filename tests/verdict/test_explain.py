@@ -58,6 +58,8 @@ def test_a_cause_injected_alone_is_explained_first_with_most_of_the_change(runs,
     assert found.change_ms > 0
     top = found.causes[0]
     assert top.what == first, found.lines()
+    sure = "in 3 of 3 rounds, in no round of the base" if change == "new kernel" else "3 of 3 rounds past the base's"
+    assert sure in top.evidence, top.evidence  # how sure: the rounds that show it
     assert found.share(top) >= 0.8, found.lines()
     assert abs(found.unexplained_ms) < 1e-6
 
@@ -293,7 +295,9 @@ def test_base_may_be_a_stored_baseline_name_and_a_changed_environment_is_said_fi
     assert rc == 0
     assert out[0].startswith("gpuprof explain: ") and "main@" in out[0]
     assert out[1] == "the environment changed: host clock virtual -> a later one"
-    assert out[3].startswith("  overlap lost in step upload, waited for in step compute: +2.796 ms (100% of the change)")
+    assert out[3].startswith(
+        "  overlap lost in step upload, waited for in step compute: +2.796 ms (100% of the change)"
+    )
     assert "overlap lost in step upload" in page.read_text() and page.read_text().startswith("<!doctype html>")
     assert cli.main(["explain", "nosuchname", str(head), "--storage", str(pytester.path / ".gpuprof")]) == 2
     assert "nosuchname" in capsys.readouterr().err
