@@ -36,6 +36,7 @@ class KernelSummary:
     occupancy: float | None
     mangled: str = ""  # as the linker sees it: what matches a kernel across runs
     short: str = ""  # at most 80 characters, unique within the window: what lines and labels show
+    step: str = ""  # the step whose launches of it took the most time ("": no step issued it)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -51,6 +52,14 @@ def unseen(kernels: DeviceWork, sm: SmLimits | None, reason: str) -> str | None:
 
 
 _SHAPE = ("blocks", "threads", "registers", "shared")
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """Each kernel row's issuing step: an index into ``names``, -1 where no step issued it."""
+
+    index: np.ndarray
+    names: tuple[str, ...]
 
 
 def coverages(kernels: DeviceWork, sm: SmLimits) -> np.ndarray:
@@ -74,8 +83,11 @@ def sm_weighted_ns(kernels: DeviceWork, sm: SmLimits, window: iv.Interval) -> fl
     return float((kernels.inside(window) * coverages(kernels, sm)).sum())
 
 
-def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -> tuple[KernelSummary, ...]:
-    """The kernels that took the most time in the window, by name."""
+def top_kernels(
+    kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval, steps: Steps | None = None
+) -> tuple[KernelSummary, ...]:
+    """The kernels that took the most time in the window, by name; ``steps``: each row's
+    issuing step (an index into the names, -1 for none), whose most is each kernel's step."""
     if not len(kernels):
         return ()
     rows = kernels.rows
@@ -96,6 +108,12 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
         names[top].tolist(), counts[top].tolist(), totals[top].tolist(), longest[top].tolist(), strict=True
     ):
         shape = Geometry(*(int(rows[f][at]) for f in _SHAPE))
+        step = ""
+        if steps is not None and len(steps.index) == len(rows):
+            mine = group == int(np.flatnonzero(names == name)[0])
+            issued = steps.index[mine]
+            spent = np.bincount(issued[issued >= 0], weights=kernels.inside(window)[mine][issued >= 0])
+            step = steps.names[int(np.argmax(spent))] if spent.size and spent.max() > 0 else ""
         known = sm is not None and shape.threads > 0
         out.append(
             KernelSummary(
@@ -108,6 +126,7 @@ def top_kernels(kernels: DeviceWork, sm: SmLimits | None, window: iv.Interval) -
                 occupancy=occupancy(shape, sm) if known and sm is not None else None,
                 mangled=kernels.names[name],
                 short=shown[kernels.names[name]],
+                step=step,
             )
         )
     return tuple(out)

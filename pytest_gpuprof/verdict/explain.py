@@ -201,24 +201,32 @@ def _by_clock(before: Mapping[str, Any], after: Mapping[str, Any], total_b: floa
 
 
 def _renamed(causes: list[Cause], before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
-    """A kernel that vanished and one that appeared with as many launches, alone of their
-    kind, as one cause: a library choosing another kernel for the same call (a cuBLAS
-    algorithm, TF32). Matched by the launch count only (records name no call site), and said so."""
-    gone = [c for c in causes if c.what.endswith(" vanished")]
-    new = [c for c in causes if c.what.endswith(" appeared")]
-    if len(gone) != 1 or len(new) != 1:
-        return causes
-    old_name = gone[0].what.removeprefix("kernel ").removesuffix(" vanished")
-    new_name = new[0].what.removeprefix("kernel ").removesuffix(" appeared")
-    count = before.get(old_name, {}).get("count")
-    if count is None or count != after.get(new_name, {}).get("count"):
-        return causes
-    swapped = Cause(
-        f"kernel {old_name} replaced by {new_name}",
-        gone[0].ms + new[0].ms,
-        f"matched by their launches ({count} each); {gone[0].evidence} and {new[0].evidence}",
-    )
-    return [c for c in causes if c not in (gone[0], new[0])] + [swapped]
+    """A kernel that vanished and one that appeared in the same step, each alone of its kind
+    there, as one cause: a library choosing another kernel for the same call (a cuBLAS
+    algorithm, TF32). Where the records name no step, a lone pair with as many launches.
+    Said how it was matched."""
+    gone = {c.what.removeprefix("kernel ").removesuffix(" vanished"): c for c in causes if c.what.endswith(" vanished")}
+    new = {c.what.removeprefix("kernel ").removesuffix(" appeared"): c for c in causes if c.what.endswith(" appeared")}
+    pairs = []
+    for old_name in gone:
+        step = before.get(old_name, {}).get("step")
+        same = [n for n in new if step and after.get(n, {}).get("step") == step]
+        rivals = [o for o in gone if step and before.get(o, {}).get("step") == step]
+        if len(same) == 1 and len(rivals) == 1:
+            pairs.append((old_name, same[0], f"matched by their step {step}"))
+    count = before.get(next(iter(gone), ""), {}).get("count")
+    if not pairs and len(gone) == 1 and len(new) == 1 and count is not None:
+        (old_name,), (new_name,) = gone, new
+        if count == after.get(new_name, {}).get("count"):
+            pairs.append((old_name, new_name, f"matched by their launches ({count} each)"))
+    out = list(causes)
+    for old_name, new_name, how in pairs:
+        g, n = gone[old_name], new[new_name]
+        out = [c for c in out if c not in (g, n)]
+        out.append(
+            Cause(f"kernel {old_name} replaced by {new_name}", g.ms + n.ms, f"{how}; {g.evidence} and {n.evidence}")
+        )
+    return out
 
 
 def _host_ms(steps: Mapping[str, Any], name: str) -> float:

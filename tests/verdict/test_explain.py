@@ -243,10 +243,36 @@ def test_lost_overlap_and_a_new_synchronization_are_named_with_where_the_host_wa
     assert found.share(found.causes[0]) >= 0.8
 
 
-def test_a_library_swapping_one_kernel_for_another_is_one_cause_matched_by_launches(overlap):
-    found = explain(overlap(""), overlap("swap"))
+def test_a_library_swapping_one_kernel_for_another_is_one_cause_matched_by_its_step(overlap):
+    """The records name each kernel's step (the one whose launches of it took the most
+    time): a kernel that vanished and one that appeared in one step are one cause."""
+    base, swapped = overlap(""), overlap("swap")
+    assert {k["name"]: k["step"] for k in swapped["metrics"]["top_kernels"]} == {"matmul": "compute"}
+    found = explain(base, swapped)
     (swap,) = [c for c in found.causes if c.what.startswith("kernel ")]
-    assert swap.what == "kernel fft replaced by matmul" and "matched by their launches (1 each)" in swap.evidence
+    assert swap.what == "kernel fft replaced by matmul" and "matched by their step compute" in swap.evidence
+
+
+def test_kernels_of_records_without_steps_are_matched_by_launches_and_only_alone():
+    """An older record names no kernel's step: a lone vanished and appeared pair with as
+    many launches is matched so, and said so; two of each stay apart."""
+
+    def entry(kernels):
+        totals = {name: ms for name, ms, _ in kernels}
+        top = [{"name": name, "count": count} for name, _, count in kernels]
+        return {"nodeid": "t", "metrics": {"wall_ms": 10.0, "kernel_ms": sum(totals.values()), "kernel_totals": totals, "top_kernels": top}}  # fmt: skip
+
+    found = explain(entry([("a", 4.0, 8)]), entry([("b", 5.0, 8)]))
+    assert [c.what for c in found.causes] == ["kernel a replaced by b"]
+    assert found.causes[0].evidence.startswith("matched by their launches (8 each)")
+    assert found.causes[0].ms == pytest.approx(1.0)
+    two = explain(entry([("a", 4.0, 8), ("c", 1.0, 2)]), entry([("b", 5.0, 8), ("d", 1.0, 2)]))
+    assert sorted(c.what for c in two.causes) == [
+        "kernel a vanished",
+        "kernel b appeared",
+        "kernel c vanished",
+        "kernel d appeared",
+    ]
 
 
 def test_a_buffer_kept_past_the_call_is_the_memory_change_named_by_its_step_and_line(overlap):
