@@ -468,7 +468,6 @@ def _add_explain(commands: Commands) -> None:
 
 def _explain(args: argparse.Namespace) -> int:
     import fnmatch
-    import html
     import json
 
     from pytest_gpuprof.baselines.gate import changed
@@ -479,13 +478,14 @@ def _explain(args: argparse.Namespace) -> int:
     machine: Machine = {**new["machine"], "id": args.machine or new["machine"]["id"]}
     gate = Gate.open(text, machine, (), storage=args.storage, any_machine=True)
     assert gate is not None  # only a saving run may find no baseline
-    found, missing, environment = [], [], {}
+    found, missing, environment, runs = [], [], {}, []
     for test in (t for t in new["tests"] if "crashed" not in t and fnmatch.fnmatchcase(t["nodeid"], args.test)):
         held = gate.reference.entry(test["nodeid"])
         if held is None:
             missing.append(test["nodeid"])
             continue
         found.append(explain(held[0], test))
+        runs.append((found[-1], held[0], test))
         environment = dict(held[1].environment)
     lines = [f"gpuprof explain: {gate.where} against {args.head}"]
     moved = changed(environment, {str(k): str(v) for k, v in (new["machine"].get("environment") or {}).items()})
@@ -497,9 +497,10 @@ def _explain(args: argparse.Namespace) -> int:
         lines.append(f"gpuprof explain: {len(missing)} test(s) BASE does not hold: {', '.join(missing[:5])}")
     print("\n".join(lines))
     documents = {"json": json.dumps([e.to_dict() for e in found], indent=2) + "\n"}
-    documents["output"] = (
-        f"<!doctype html><meta charset=utf-8><title>gpuprof explain</title><pre>{html.escape(chr(10).join(lines))}</pre>\n"
-    )
+    if args.output is not None:
+        from pytest_gpuprof.output.explain_page import page
+
+        documents["output"] = page(sorted(runs, key=lambda r: -abs(r[0].change_ms)), lines[: 2 if moved else 1])
     for name, document in documents.items():
         if (path := getattr(args, name)) is not None:
             _output(path)

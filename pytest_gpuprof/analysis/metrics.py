@@ -221,20 +221,12 @@ def _compute(timeline: Timeline, pinned_gbps: Callable[[], float] | None = None)
         sm_utilization=None if reason is not None else _sm_utilization(timeline, kernel_work, utilization),
         sm_unseen=reason,
         gpm=timeline.gpm,
-        top_kernels=sm_metrics.top_kernels(kernel_work, timeline.sm, window, _kernel_steps(timeline, device, ids)),
+        top_kernels=sm_metrics.top_kernels(
+            kernel_work, timeline.sm, window, sm_metrics.kernel_steps(timeline.steps, device, ids)
+        ),
         kernel_totals=sm_metrics.kernel_totals(kernel_work, window),
         idle_by_code=_idle_by_code(timeline, seen, transfers, unattributed),
     )
-
-
-def _kernel_steps(timeline: Timeline, device: DeviceWork, ids: np.ndarray) -> sm_metrics.Steps:
-    """Each kernel's issuing step, by name (``attribution.issuer_ids``)."""
-    names = tuple(dict.fromkeys(s.name for s in timeline.steps))
-    where = {s.span_id: names.index(s.name) for s in timeline.steps}
-    kernel_ids = ids[device.of_kind("kernel")]
-    unique, inverse = np.unique(kernel_ids, return_inverse=True)
-    index = np.array([where.get(int(i), -1) for i in unique.tolist()], dtype=np.int64)[inverse.reshape(-1)]
-    return sm_metrics.Steps(index, names)
 
 
 def _sm_utilization(timeline: Timeline, kernel_work: DeviceWork, utilization: float) -> float | None:

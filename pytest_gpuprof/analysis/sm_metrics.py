@@ -10,13 +10,14 @@ kernels' time: how full the GPU was while they ran.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from pytest_gpuprof.analysis import intervals as iv
 from pytest_gpuprof.analysis.device_work import DeviceWork
-from pytest_gpuprof.analysis.model import NS_PER_MS
+from pytest_gpuprof.analysis.model import NS_PER_MS, Span
 from pytest_gpuprof.analysis.names import readable, short_names
 from pytest_gpuprof.analysis.occupancy import Geometry, SmLimits, coverage, occupancy
 
@@ -60,6 +61,16 @@ class Steps:
 
     index: np.ndarray
     names: tuple[str, ...]
+
+
+def kernel_steps(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray) -> Steps:
+    """Each kernel row's issuing step, by name, from every row's issuer (``attribution.issuer_ids``)."""
+    names = tuple(dict.fromkeys(s.name for s in steps))
+    where = {s.span_id: names.index(s.name) for s in steps}
+    kernel_ids = ids[device.of_kind("kernel")]
+    unique, inverse = np.unique(kernel_ids, return_inverse=True)
+    index = np.array([where.get(int(i), -1) for i in unique.tolist()], dtype=np.int64)[inverse.reshape(-1)]
+    return Steps(index, names)
 
 
 def coverages(kernels: DeviceWork, sm: SmLimits) -> np.ndarray:

@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_gpuprof import cli
-from pytest_gpuprof.verdict.explain import explain
+from pytest_gpuprof.verdict.explain import FLOOR_MS, explain
 
 PIPELINE = """
 import os
@@ -89,6 +89,7 @@ def test_the_command_prints_each_cause_and_writes_every_one_as_json(runs, pytest
     assert entry["causes"][0]["what"] == "copies in step upload" and entry["causes"][0]["share"] >= 0.8
 
 
+@example(kernels={}, kernels_after={}, idle={}, idle_after={}, stray=(0.0, 1e-06))  # a change at the floor
 @given(
     kernels=st.dictionaries(st.sampled_from("abcd"), st.floats(0.1, 5), max_size=4),
     kernels_after=st.dictionaries(st.sampled_from("abcd"), st.floats(0.1, 5), max_size=4),
@@ -116,7 +117,9 @@ def test_the_causes_sum_to_the_change_of_wall_time(kernels, kernels_after, idle,
 
     found = explain(entry(kernels, idle, stray[0]), entry(kernels_after, idle_after, stray[1]))
     assert sum(c.ms for c in found.causes) + found.unexplained_ms == pytest.approx(found.change_ms, abs=1e-9)
-    assert abs(found.unexplained_ms) < 1e-6
+    # only the terms at or under the floor are left out: at most the floor each
+    terms = len({*kernels, *kernels_after}) + len({*idle, *idle_after}) + 1
+    assert abs(found.unexplained_ms) <= terms * FLOOR_MS + 1e-12
 
 
 _CAUSE_NAMES = ("kernel a slower", "kernel b appeared", "idle in step upload", "idle in no step")
@@ -324,7 +327,11 @@ def test_base_may_be_a_stored_baseline_name_and_a_changed_environment_is_said_fi
     assert out[3].startswith(
         "  overlap lost in step upload, waited for in step compute: +2.796 ms (100% of the change)"
     )
-    assert "overlap lost in step upload" in page.read_text() and page.read_text().startswith("<!doctype html>")
+    drawn = page.read_text()
+    assert "overlap lost in step upload" in drawn and drawn.startswith("<!doctype html>")
+    # the two runs side by side: each a bar of what filled its wall time, one colour a part
+    assert drawn.count(">BASE</text>") == 1 and drawn.count(">HEAD</text>") == 1
+    assert "<title>idle in step upload: 2.796 ms</title>" in drawn and "<title>kernel fft: 8.000 ms</title>" in drawn
     assert cli.main(["explain", "nosuchname", str(head), "--storage", str(pytester.path / ".gpuprof")]) == 2
     assert "nosuchname" in capsys.readouterr().err
 
@@ -357,3 +364,13 @@ def test_a_kernels_change_is_named_by_what_changed_clock_geometry_or_launches(be
     found = explain(before, after)
     assert found.causes[0].what == first and evidence in found.causes[0].evidence, found.lines()
     assert found.share(found.causes[0]) == pytest.approx(1.0)
+
+
+def test_a_runs_parts_fill_its_wall_time_where_nothing_overlaps(runs):
+    """``explain -o``'s bars: a run's kernels, each step's idle and the idle no step holds
+    add up to its wall time where no two kernels ran at once (the host backend's pipeline)."""
+    from pytest_gpuprof.output.explain_page import parts
+
+    for change in ("", "pageable slower"):
+        entry = runs(change)
+        assert sum(ms for _, ms in parts(entry)) == pytest.approx(entry["metrics"]["wall_ms"], abs=1e-6)
