@@ -25,6 +25,7 @@ import numpy as np
 from pytest_gpuprof.verdict.compare import compare_tests
 from pytest_gpuprof.verdict.comparison import Comparison, confirmed
 from pytest_gpuprof.verdict.decision import decision
+from pytest_gpuprof.verdict.entry import Entry
 from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
 GATE = "kernel_ms:+1%"
@@ -96,7 +97,7 @@ SCENARIOS: dict[str, tuple[Callable[[np.random.Generator], Iterator[float]], int
 }
 
 
-def entry(level: float, rng: np.random.Generator) -> dict[str, object]:
+def entry(level: float, rng: np.random.Generator) -> Entry:
     samples = [float(v) for v in 10 * level * (1 + rng.normal(0, 0.001, 9))]
     return {
         "nodeid": "t",
@@ -105,12 +106,12 @@ def entry(level: float, rng: np.random.Generator) -> dict[str, object]:
     }
 
 
-def decided(history: list[dict[str, object]], new: dict[str, object], fresh: Callable[[], dict[str, object]]) -> str:
+def decided(history: list[Entry], new: Entry, fresh: Callable[[], Entry]) -> str:
     """The gate's decision, a regression put to ``CONFIRM`` fresh runs (``fresh()``: the
     runner's next run) as ``--gpu-compare-confirm`` does (``verdict.compare.confirmed``)."""
     gating = tuple(parse_thresholds(GATE))
 
-    def compared(entry: dict[str, object]) -> Comparison:
+    def compared(entry: Entry) -> Comparison:
         return Comparison("t", "compared", tuple(compare_tests(gating, history[0], entry, history)), gating)
 
     comparison = compared(new)
@@ -130,7 +131,7 @@ def scenario(name: str, histories: int, rng: np.random.Generator) -> str:
         history = [entry(next(levels), rng) for _ in range(saved)][::-1]  # newest first
         for slower in SLOWER:  # against the history as it stands: right after its events
 
-            def slower_run(lv: Iterator[float] = levels, times: float = 1 + slower) -> dict[str, object]:
+            def slower_run(lv: Iterator[float] = levels, times: float = 1 + slower) -> Entry:
                 return entry(next(lv) * times, rng)
 
             verdict = decided(history, slower_run(), slower_run)
@@ -139,7 +140,7 @@ def scenario(name: str, histories: int, rng: np.random.Generator) -> str:
         alarms = 0
         for _ in range(PRS):
 
-            def run(lv: Iterator[float] = levels) -> dict[str, object]:
+            def run(lv: Iterator[float] = levels) -> Entry:
                 return entry(next(lv), rng)
 
             verdict = decided(history, run(), run)

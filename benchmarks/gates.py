@@ -23,7 +23,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -148,11 +150,12 @@ def _keep(test: dict) -> dict:
 def judge(path: Path, history: Path | None) -> None:
     from pytest_gpuprof.analysis.changepoints import change_points
     from pytest_gpuprof.verdict.compare import compare_tests
+    from pytest_gpuprof.verdict.entry import Entry
     from pytest_gpuprof.verdict.thresholds import parse_thresholds
 
     data = json.loads(path.read_text())
     runs = data["runs"]
-    by_test: dict[str, list[dict]] = {}
+    by_test: dict[str, list[Entry]] = {}
     for run_ in runs:
         for t in run_["tests"]:
             by_test.setdefault(t["nodeid"], []).append(t)
@@ -200,7 +203,7 @@ def judge(path: Path, history: Path | None) -> None:
         _store_history(runs, by_test, workloads, history, data["slower"][-1])
 
 
-def _spin_path(test: dict) -> str:
+def _spin_path(test: Mapping[str, Any]) -> str:
     return next(k for k in test["rounds"] if k.startswith("kernels.") and "spin" in k)
 
 
