@@ -63,6 +63,17 @@ class Steps:
     names: tuple[str, ...]
 
 
+def _most_step(group: np.ndarray, n_names: int, inside: np.ndarray, steps: Steps | None) -> np.ndarray:
+    """For each kernel name, the step whose launches of it took the most time in the
+    window (an index into ``steps.names``; -1 where no step issued any of it): one pass."""
+    if steps is None or len(steps.index) != len(group) or not steps.names:
+        return np.full(n_names, -1, dtype=np.int64)
+    width = len(steps.names) + 1  # column 0: no step
+    spent = np.bincount(group * width + steps.index + 1, weights=inside, minlength=n_names * width)
+    spent = spent.reshape(n_names, width)[:, 1:]
+    return np.where(spent.max(axis=1) > 0, spent.argmax(axis=1), -1)
+
+
 def kernel_steps(steps: Sequence[Span], device: DeviceWork, ids: np.ndarray) -> Steps:
     """Each kernel row's issuing step, by name, from every row's issuer (``attribution.issuer_ids``)."""
     names = tuple(dict.fromkeys(s.name for s in steps))
@@ -105,7 +116,9 @@ def top_kernels(
     names, group = np.unique(rows["name"], return_inverse=True)
     group = group.reshape(-1)
     counts = np.bincount(group)
-    totals = np.bincount(group, weights=kernels.inside(window))
+    inside = kernels.inside(window)
+    totals = np.bincount(group, weights=inside)
+    most = _most_step(group, len(names), inside, steps)
     # each name's longest launch (its first, among equals): the first of its group by
     # falling duration
     order = np.lexsort((rows["start"] - rows["end"], group))
@@ -115,16 +128,16 @@ def top_kernels(
     # the top names by time (ties in name order), before any of them is summarized: a
     # window of 50,000 kernels can hold as many names
     top = np.argsort(-(totals / NS_PER_MS), kind="stable")[:TOP]
-    for name, count, total, at in zip(
-        names[top].tolist(), counts[top].tolist(), totals[top].tolist(), longest[top].tolist(), strict=True
+    for name, count, total, at, issuer in zip(
+        names[top].tolist(),
+        counts[top].tolist(),
+        totals[top].tolist(),
+        longest[top].tolist(),
+        most[top].tolist(),
+        strict=True,
     ):
         shape = Geometry(*(int(rows[f][at]) for f in _SHAPE))
-        step = ""
-        if steps is not None and len(steps.index) == len(rows):
-            mine = group == int(np.flatnonzero(names == name)[0])
-            issued = steps.index[mine]
-            spent = np.bincount(issued[issued >= 0], weights=kernels.inside(window)[mine][issued >= 0])
-            step = steps.names[int(np.argmax(spent))] if spent.size and spent.max() > 0 else ""
+        step = steps.names[issuer] if steps is not None and issuer >= 0 else ""
         known = sm is not None and shape.threads > 0
         out.append(
             KernelSummary(

@@ -88,3 +88,21 @@ def test_top_kernels_sum_each_names_time_and_show_its_longest_launch(found, span
         assert top.total_ms == pytest.approx(totals[name] / 1e6)
         assert top.sm_coverage == coverage(shape(longest), H200)
         assert top.occupancy == occupancy(shape(longest), H200)
+
+
+@given(kernels, window, st.data())
+def test_each_top_kernels_step_is_the_one_whose_launches_of_it_took_the_most_time(found, span, data):
+    """A kernel's step in the records (what explain matches a swapped kernel by): over its
+    launches, the step whose time inside the window is the largest; none where no step
+    issued any of its time."""
+    names = ("load", "step", "save")
+    issued = [data.draw(st.integers(-1, len(names) - 1)) for _ in found]
+    steps = sm_metrics.Steps(np.array(issued, dtype=np.int64), names)
+    got = {k.name: k.step for k in sm_metrics.top_kernels(DeviceWork.of(found), H200, span, steps)}
+    for name, step in got.items():
+        spent = {i: 0 for i in range(len(names))}
+        for d, i in zip(found, issued, strict=True):
+            if d.name == name and i >= 0:
+                spent[i] += inside(d, *span)
+        most = max(spent.values())
+        assert step == ("" if most == 0 else names[min(i for i, v in spent.items() if v == most)])
