@@ -229,6 +229,19 @@ def _renamed(causes: list[Cause], before: Mapping[str, Any], after: Mapping[str,
     return out
 
 
+def _sites(before: Mapping[str, Any], after: Mapping[str, Any], shown: int = 3) -> str:
+    """The host code whose idle grew most (sampled stacks, ``idle_by_code``): file:line and
+    its ms before -> after."""
+
+    def of(m: Mapping[str, Any]) -> dict[str, float]:
+        return {str(s.get("where")): _number(s, "ms") for s in m.get("idle_by_code") or () if isinstance(s, Mapping)}
+
+    b, a = of(before), of(after)
+    grown = sorted(((a.get(w, 0.0) - b.get(w, 0.0), w) for w in {*a, *b}), reverse=True)
+    named = [f"{w} {b.get(w, 0.0):.3f} -> {a.get(w, 0.0):.3f} ms" for d, w in grown[:shown] if d > FLOOR_MS]
+    return f"; grew in {', '.join(named)}" if named else ""
+
+
 def _host_ms(steps: Mapping[str, Any], name: str) -> float:
     return _number(steps.get(name) or {}, "host_ms")
 
@@ -290,9 +303,8 @@ def _idle(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
         out.append(Cause(what, d, evidence, f"steps.{name}.idle_ms"))
     d = _number(after, "unattributed_ms") - _number(before, "unattributed_ms")
     if abs(d) > FLOOR_MS:
-        out.append(
-            Cause("idle in no step", d, "kernel-idle that no step held (host code between steps)", "unattributed_ms")
-        )
+        said = "kernel-idle that no step held (host code between steps)" + _sites(before, after)
+        out.append(Cause("idle in no step", d, said, "unattributed_ms"))
     return out
 
 

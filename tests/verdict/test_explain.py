@@ -374,3 +374,17 @@ def test_a_runs_parts_fill_its_wall_time_where_nothing_overlaps(runs):
     for change in ("", "pageable slower"):
         entry = runs(change)
         assert sum(ms for _, ms in parts(entry)) == pytest.approx(entry["metrics"]["wall_ms"], abs=1e-6)
+
+
+def test_idle_in_no_step_names_the_host_code_whose_idle_grew():
+    """Sampled host stacks (``idle_by_code``) say where the idle no step holds was spent:
+    explain names the lines whose idle grew most, before -> after."""
+
+    def entry(unattributed, sites):
+        code = [{"where": w, "ms": ms} for w, ms in sites.items()]
+        return {"nodeid": "t", "metrics": {"wall_ms": 10.0 + unattributed, "kernel_ms": 10.0, "unattributed_ms": unattributed, "idle_by_code": code}}  # fmt: skip
+
+    found = explain(entry(1.0, {"a.py:3 f": 1.0}), entry(4.0, {"a.py:3 f": 1.0, "b.py:9 g": 3.0}))
+    (cause,) = found.causes
+    assert cause.what == "idle in no step" and cause.ms == pytest.approx(3.0)
+    assert cause.evidence.endswith("; grew in b.py:9 g 0.000 -> 3.000 ms")
