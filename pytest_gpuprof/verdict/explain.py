@@ -7,10 +7,12 @@ time, and the idle is charged to the steps that caused it plus what no step hold
     d wall = d kernel_ms + sum over steps of d idle_ms + d unattributed_ms
 
 and each term is a cause: the kernel time split over the kernels by their own totals
-(appeared, vanished, slower, faster; with their launch counts and geometry, before ->
-after), each step's idle (its copies' bytes, rate and pinned or pageable memory, before ->
-after, where it copies), and the idle no step holds. Shares are of the wall time's change;
-what the terms do not sum to (rounding, a window cut differently) is shown as unexplained.
+(appeared, vanished, replaced in one step, slower in cycles or only by the SM clock, more
+or fewer launches, another geometry), each step's idle (its copies' bytes, rate and memory;
+overlap lost; the step where the host now waits), and the idle no step holds (the host code
+whose idle grew). Shares are of the wall time's change; what the terms do not sum to
+(rounding, a window cut differently) is shown as unexplained. Beside the wall: the device
+memory kept past the call, and what a record cannot tell. ``pooled``: over ``ab``'s pairs.
 """
 
 from __future__ import annotations
