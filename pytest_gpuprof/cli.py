@@ -38,7 +38,7 @@ from pytest_gpuprof.output.files import write_atomic, write_json
 from pytest_gpuprof.output.text import host_in, pct
 from pytest_gpuprof.settings.options import BY_FLAG
 from pytest_gpuprof.verdict.decision import lines as decided_lines
-from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, CompareError, parse_thresholds
+from pytest_gpuprof.verdict.thresholds import DEFAULT_THRESHOLDS, CompareError, Threshold, parse_thresholds
 
 if TYPE_CHECKING:
     from pytest_gpuprof.output.report import Machine
@@ -188,13 +188,12 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gate(args: argparse.Namespace, new: dict[str, Any]) -> Gate:
-    """``compare``'s BASE (a report's file or URL, or a baseline name of the store) as the
-    pytest gate opens it; another machine's baseline is compared, and said."""
+def _gate(args: argparse.Namespace, new: dict[str, Any], gating: Sequence[Threshold] = ()) -> Gate:
+    """``compare``'s and ``explain``'s BASE (a report's file or URL, or a baseline name of
+    the store) as the pytest gate opens it; another machine's baseline is compared, and said."""
     text = str(args.base)
     if not (text.endswith(".json") or "/" in text or "://" in text) and Path(text).is_file():
         text = f".{os.sep}{text}"  # a report file in this folder, named without a folder
-    gating = parse_thresholds(args.fail)
     machine: Machine = {**new["machine"], "id": args.machine or new["machine"]["id"]}
     gate = Gate.open(text, machine, gating, storage=args.storage, any_machine=True)
     assert gate is not None  # only a saving run may find no baseline
@@ -474,10 +473,7 @@ def _explain(args: argparse.Namespace) -> int:
     from pytest_gpuprof.verdict.explain import explain
 
     new = load(args.head, strict=True)
-    text = args.base if not Path(args.base).is_file() or "/" in args.base else f".{os.sep}{args.base}"
-    machine: Machine = {**new["machine"], "id": args.machine or new["machine"]["id"]}
-    gate = Gate.open(text, machine, (), storage=args.storage, any_machine=True)
-    assert gate is not None  # only a saving run may find no baseline
+    gate = _gate(args, new)
     found, missing, environment, runs = [], [], {}, []
     for test in (t for t in new["tests"] if "crashed" not in t and fnmatch.fnmatchcase(t["nodeid"], args.test)):
         held = gate.reference.entry(test["nodeid"])
@@ -595,7 +591,7 @@ def _run(args: argparse.Namespace) -> int:
         return _bisect(args)
     if args.command == "compare":
         new = load(args.new)
-        gate = _gate(args, new)
+        gate = _gate(args, new, parse_thresholds(args.fail))
         base = gate.reference.newest_record if gate.reference.store is None else None
         lines, regressed, undecided = compare(gate, new, base, every=args.verbose)
         print("\n".join(lines))

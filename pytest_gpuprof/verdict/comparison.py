@@ -92,8 +92,8 @@ class Comparison:
         """Where it regressed: why its wall time changed, its largest causes first."""
         if self.explained is None or not self.regressed:
             return []
-        head, *causes = self.explained.lines(top)
-        return [f"  why: {head.split(': ', 1)[1]}", *(f"  {line}" for line in causes)]
+        causes = self.explained.lines(top)[1:]
+        return [f"  why: {self.explained.wall()}", *(f"  {line}" for line in causes)]
 
     def failure(self) -> str | None:
         """The test's failure message, where it clearly regressed under a gating expression."""

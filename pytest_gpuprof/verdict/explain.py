@@ -108,9 +108,13 @@ class Explanation:
     def share(self, cause: Cause) -> float | None:
         return cause.ms / self.change_ms if abs(self.change_ms) > FLOOR_MS else None
 
+    def wall(self) -> str:
+        """``wall 6.796 -> 7.196 ms (+0.400 ms)``."""
+        return f"wall {self.before_ms:.3f} -> {self.after_ms:.3f} ms ({self.change_ms:+.3f} ms)"
+
     def lines(self, top: int | None = None) -> list[str]:
-        head = f"{self.nodeid}: wall {self.before_ms:.3f} -> {self.after_ms:.3f} ms ({self.change_ms:+.3f} ms)"
-        out = [head]
+        """The test's change of wall time, then its causes (``top``: the largest so many)."""
+        out = [f"{self.nodeid}: {self.wall()}"]
         for c in self.causes[:top]:
             share = self.share(c)
             shown = f" ({share:.0%} of the change)" if share is not None else ""

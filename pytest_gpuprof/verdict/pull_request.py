@@ -115,9 +115,8 @@ class Outcome:
         """Each regressed test's largest causes of its change of wall time, over its pairs."""
         out = []
         for nodeid, e in sorted(self.explained.items()):
-            shown = e.lines(top)
-            out += [f"  why {nodeid}: wall {shown[0].split(': wall ', 1)[1]} (median of pairs)"]
-            out += [fit(f"    {line.strip()}") for line in shown[1:]]
+            out += [f"  why {nodeid}: {e.wall()} (median of pairs)"]
+            out += [fit(f"    {line.strip()}") for line in e.lines(top)[1:]]
         return out
 
     @staticmethod
