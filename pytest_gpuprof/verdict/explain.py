@@ -33,8 +33,7 @@ KEPT = 20
 WHY_SHOWN = 3
 # copies of the same bytes and memory whose rate fell under this part of what it was are slower
 SLOWER_COPIES = 0.8
-# the same copies at their rate whose step's idle grew by more than this part of their own
-# time: they ran beside kernels before, and now alone
+# copies whose step's idle grew by this part of their own time ran beside kernels, now alone
 OVERLAP_LOST = 0.25
 # a kernel whose cycles (time x SM clock) moved less than this took the same work
 SAME_CYCLES = 0.02
@@ -47,8 +46,7 @@ class Cause:
     what: str
     ms: float
     evidence: str
-    # the figure whose rounds show it (a metric's path), where one does
-    path: str = ""
+    path: str = ""  # the figure whose rounds show it (a metric's path), where one does
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +73,8 @@ class Memory:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "peak_before": self.peak_before,
-            "peak_after": self.peak_after,
-            "kept_before": self.kept_before,
-            "kept_after": self.kept_after,
-            "places": [{"where": w, "before": b, "after": a} for w, b, a in self.places],
-        }
+        out: dict[str, Any] = {f: getattr(self, f) for f in ("peak_before", "peak_after", "kept_before", "kept_after")}
+        return out | {"places": [{"where": w, "before": b, "after": a} for w, b, a in self.places]}
 
 
 def _mib(n: int) -> str:
